@@ -1,0 +1,128 @@
+// Package inbox defines the dedup table of turnstile: the Inbox interface, which records every
+// delivery of a request by request id, counts its attempts and keeps its outcome, and an
+// in-memory Inbox.
+//
+// Kafka delivers at least once: a record is read again after a crash or a rebalance whenever
+// its offset was not committed. The inbox turns that into effectively once (guarantee G3): a
+// request already done is answered from its stored result instead of being run again, and the
+// attempts of a failing request add up across members and crashes, so a poison record reaches
+// the dead-letter topic after a bounded number of deliveries (G5).
+//
+// The package imports nothing of turnstile; inbox/inboxtest holds the conformance suite every
+// Inbox implementation runs, and inbox/sqlinbox the PostgreSQL and SQLite inboxes.
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors an Inbox returns, matched with errors.Is. Implementations may wrap them.
+var (
+	// ErrNotFound: no entry for the request id.
+	ErrNotFound = errors.New("inbox: not found")
+	// ErrDead: Complete on an entry that was dead-lettered; its result is not stored.
+	ErrDead = errors.New("inbox: request is dead-lettered")
+	// ErrInvalid: an argument breaks the contract (an empty request id).
+	ErrInvalid = errors.New("inbox: invalid argument")
+)
+
+// Status is where a request stands.
+type Status int
+
+const (
+	// StatusNew: Begin saw the request for the first time; this is attempt 1.
+	StatusNew Status = iota + 1
+	// StatusInProgress: an earlier delivery began and did not finish (it failed, crashed or
+	// was revoked); Begin counted this delivery as one more attempt.
+	StatusInProgress
+	// StatusDone: the request completed; Entry.Result holds its stored result.
+	StatusDone
+	// StatusDead: the request was dead-lettered; Entry.Reason says why.
+	StatusDead
+)
+
+// String returns the status in lower case: "new", "in_progress", "done", "dead".
+func (s Status) String() string {
+	switch s {
+	case StatusNew:
+		return "new"
+	case StatusInProgress:
+		return "in_progress"
+	case StatusDone:
+		return "done"
+	case StatusDead:
+		return "dead"
+	}
+	return fmt.Sprintf("Status(%d)", int(s))
+}
+
+// Delivery is one delivery of a request: its id and the record it came in.
+type Delivery struct {
+	RequestID    string
+	Conversation string
+	// Topic, Partition and Offset locate the record, for operators; Offset is the record's own.
+	Topic     string
+	Partition int32
+	Offset    int64
+}
+
+// Entry is the inbox's row for one request.
+type Entry struct {
+	RequestID    string
+	Conversation string
+	Status       Status
+	// Attempts counts the deliveries that began a turn, less the refunded ones (see Failure).
+	Attempts int
+	// Result is the stored result (opaque bytes; turnstile stores the encoded turn.Result),
+	// set when Status is StatusDone.
+	Result []byte
+	// Reason is the last failure's reason, or why the request was dead-lettered.
+	Reason string
+	// Topic, Partition and Offset are the latest delivery's.
+	Topic     string
+	Partition int32
+	Offset    int64
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// Failure describes a failed attempt for Fail.
+type Failure struct {
+	// Reason is kept in Entry.Reason for operators.
+	Reason string
+	// Refund gives back the attempt Begin counted: the failure was not the request's fault
+	// (a rate limit, a store outage, a revoked partition), so it must not bring the request
+	// closer to the dead-letter topic.
+	Refund bool
+}
+
+// Inbox records deliveries and outcomes by request id. Implementations are safe for
+// concurrent use by many goroutines and processes; Begin in particular is atomic, so two
+// members that receive the same request during a rebalance both count an attempt.
+// Infrastructure failures should satisfy `interface{ Retryable() bool }`.
+type Inbox interface {
+	// Begin records a delivery. A new request gets an entry with one attempt (StatusNew); an
+	// in-progress one gets one more attempt and the delivery's location (StatusInProgress). A
+	// done or dead entry comes back unchanged (StatusDone with Result, StatusDead with Reason).
+	// Errors: ErrInvalid.
+	Begin(ctx context.Context, d Delivery) (Entry, error)
+	// Complete marks the request done with its result. Completing a done entry is a no-op that
+	// keeps the first result, so one request id never has two results.
+	// Errors: ErrNotFound, ErrDead, ErrInvalid.
+	Complete(ctx context.Context, requestID string, result []byte) error
+	// Fail records why an attempt failed and, with Refund, gives the attempt back (never below
+	// zero). It does nothing to a done or dead entry. Errors: ErrNotFound, ErrInvalid.
+	Fail(ctx context.Context, requestID string, f Failure) error
+	// MarkDead marks the request dead-lettered with the reason. A done entry stays done.
+	// Errors: ErrNotFound, ErrInvalid.
+	MarkDead(ctx context.Context, requestID, reason string) error
+	// Get returns the entry. Errors: ErrNotFound, ErrInvalid.
+	Get(ctx context.Context, requestID string) (Entry, error)
+	// Purge deletes done and dead entries last updated before the given time and returns how
+	// many it deleted. A purged request that Kafka delivers again runs as new, so keep entries
+	// longer than the requests topic's retention.
+	Purge(ctx context.Context, before time.Time) (int64, error)
+}
