@@ -33,10 +33,12 @@ var (
 type Status int
 
 const (
-	// StatusNew: Begin saw the request for the first time; this is attempt 1.
+	// StatusNew is what Begin returns when its call created the entry: no earlier delivery
+	// of the request began. It is never stored: the entry is then StatusInProgress.
 	StatusNew Status = iota + 1
-	// StatusInProgress: an earlier delivery began and did not finish (it failed, crashed or
-	// was revoked); Begin counted this delivery as one more attempt.
+	// StatusInProgress: a delivery began and did not finish (it is running, or it failed,
+	// crashed or was revoked). From Begin: an earlier delivery began; this one was counted as
+	// one more attempt.
 	StatusInProgress
 	// StatusDone: the request completed; Entry.Result holds its stored result.
 	StatusDone
@@ -104,9 +106,11 @@ type Failure struct {
 // members that receive the same request during a rebalance both count an attempt.
 // Infrastructure failures should satisfy `interface{ Retryable() bool }`.
 type Inbox interface {
-	// Begin records a delivery. A new request gets an entry with one attempt (StatusNew); an
-	// in-progress one gets one more attempt and the delivery's location (StatusInProgress). A
-	// done or dead entry comes back unchanged (StatusDone with Result, StatusDead with Reason).
+	// Begin records a delivery. A new request gets an entry with one attempt, stored as
+	// StatusInProgress and returned as StatusNew; an in-progress one gets one more attempt and
+	// the delivery's location (StatusInProgress). A done or dead entry comes back unchanged
+	// (StatusDone with Result, StatusDead with Reason). Only StatusNew tells the caller that no
+	// earlier delivery can have written anything for the request.
 	// Errors: ErrInvalid.
 	Begin(ctx context.Context, d Delivery) (Entry, error)
 	// Complete marks the request done with its result. Completing a done entry is a no-op that

@@ -55,19 +55,22 @@ func (b *MemoryInbox) Begin(ctx context.Context, d Delivery) (Entry, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := b.now().UTC()
-	e, ok := b.entries[d.RequestID]
-	if !ok {
-		e = &Entry{RequestID: d.RequestID, Conversation: d.Conversation, Status: StatusNew, CreatedAt: now}
+	e, seen := b.entries[d.RequestID]
+	switch {
+	case !seen:
+		e = &Entry{RequestID: d.RequestID, Conversation: d.Conversation, Status: StatusInProgress, CreatedAt: now}
 		b.entries[d.RequestID] = e
-	} else if e.Status == StatusDone || e.Status == StatusDead {
+	case e.Status == StatusDone || e.Status == StatusDead:
 		return clone(e), nil
-	} else {
-		e.Status = StatusInProgress
 	}
 	e.Attempts++
 	e.Topic, e.Partition, e.Offset = d.Topic, d.Partition, d.Offset
 	e.UpdatedAt = now
-	return clone(e), nil
+	out := clone(e)
+	if !seen {
+		out.Status = StatusNew
+	}
+	return out, nil
 }
 
 // Complete implements Inbox.

@@ -1,0 +1,156 @@
+package turn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/turnstile-go/turnstile/session"
+)
+
+// ErrTurnTimeout is the cause of a turn that ran past the Runner's TurnTimeout. It counts as a
+// failed attempt: the next delivery tries again, up to the attempt limit (G5).
+var ErrTurnTimeout = errors.New("turn: whole-turn deadline exceeded")
+
+// Kind says what a caller of Runner.Run should do with an error.
+type Kind int
+
+const (
+	// KindNone: no error.
+	KindNone Kind = iota
+	// KindAttempt: the attempt failed and was counted in the inbox; retry after a backoff.
+	// The Runner dead-letters the request itself once the attempts run out.
+	KindAttempt
+	// KindPermanent: never retry. From Runner.Run this is a *DeadLetterError: publish the
+	// request to the dead-letter topic, then commit its offset.
+	KindPermanent
+	// KindRateLimited: the model is rate limited (RetryAfter); pause and retry after
+	// RetryDelay. No attempt was spent.
+	KindRateLimited
+	// KindUnavailable: an infrastructure failure (a store unreachable, a version conflict with
+	// another writer); retry after a backoff. No attempt was spent.
+	KindUnavailable
+	// KindCanceled: the caller's context ended (shutdown, revoked partition); the turn was
+	// abandoned, not failed, and no attempt was spent. Do not commit the record.
+	KindCanceled
+)
+
+// String returns the kind's name in lower case.
+func (k Kind) String() string {
+	switch k {
+	case KindNone:
+		return "none"
+	case KindAttempt:
+		return "attempt"
+	case KindPermanent:
+		return "permanent"
+	case KindRateLimited:
+		return "rate_limited"
+	case KindUnavailable:
+		return "unavailable"
+	case KindCanceled:
+		return "canceled"
+	}
+	return fmt.Sprintf("Kind(%d)", int(k))
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return "permanent: " + e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// Permanent marks err as one that retrying cannot fix (a rejected prompt, a malformed
+// request): the Runner dead-letters the request at once instead of spending its attempts.
+// Permanent(nil) returns nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+type retryAfterError struct {
+	delay time.Duration
+	err   error
+}
+
+func (e *retryAfterError) Error() string {
+	return fmt.Sprintf("rate limited, retry after %s: %v", e.delay, e.err)
+}
+func (e *retryAfterError) Unwrap() error { return e.err }
+
+// RetryAfter marks err as a rate limit (an HTTP 429, say) that lifts after d. The consumer
+// pauses its partitions and runs the turn again after the delay (or its own backoff, if
+// longer) without spending an attempt. A d <= 0 leaves the delay to the caller's backoff.
+// RetryAfter(d, nil) returns nil.
+func RetryAfter(d time.Duration, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &retryAfterError{delay: max(d, 0), err: err}
+}
+
+// RetryDelay returns the delay of the RetryAfter error in err's chain, if there is one.
+func RetryDelay(err error) (time.Duration, bool) {
+	var ra *retryAfterError
+	if errors.As(err, &ra) {
+		return ra.delay, true
+	}
+	return 0, false
+}
+
+// DeadLetterError is what Runner.Run returns for a request that is dead: a permanent error,
+// attempts exhausted, or dead-lettered before. The request is marked dead in the inbox; the
+// caller publishes it to the dead-letter topic with Reason and Attempts, then commits.
+type DeadLetterError struct {
+	RequestID string
+	// Reason is a one-line explanation for operators (the dead-letter "reason" header).
+	Reason string
+	// Attempts is the number of attempts the inbox counted.
+	Attempts int
+	// Err is the error of the last attempt, when this run saw one.
+	Err error
+}
+
+func (e *DeadLetterError) Error() string {
+	return fmt.Sprintf("turn: request %s dead-lettered after %d attempts: %s", e.RequestID, e.Attempts, e.Reason)
+}
+
+func (e *DeadLetterError) Unwrap() error { return e.Err }
+
+// retryable is how stores tell infrastructure failures apart without importing this package.
+type retryable interface{ Retryable() bool }
+
+// Classify says what to do with an error from Runner.Run or a ModelClient. In order: nil is
+// KindNone; Permanent errors, *DeadLetterError, *DecodeError, session.ErrOwnerMismatch and
+// session.ErrInvalid are KindPermanent; RetryAfter errors are KindRateLimited; ErrTurnTimeout
+// is KindAttempt; context.Canceled and context.DeadlineExceeded are KindCanceled; errors with
+// a Retryable() bool method that returns true and session.ErrConflict are KindUnavailable;
+// anything else is KindAttempt.
+func Classify(err error) Kind {
+	if err == nil {
+		return KindNone
+	}
+	var (
+		perm *permanentError
+		dead *DeadLetterError
+		dec  *DecodeError
+		ra   *retryAfterError
+		rt   retryable
+	)
+	switch {
+	case errors.As(err, &perm), errors.As(err, &dead), errors.As(err, &dec),
+		errors.Is(err, session.ErrOwnerMismatch), errors.Is(err, session.ErrInvalid):
+		return KindPermanent
+	case errors.As(err, &ra):
+		return KindRateLimited
+	case errors.Is(err, ErrTurnTimeout):
+		return KindAttempt
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return KindCanceled
+	case errors.As(err, &rt) && rt.Retryable(), errors.Is(err, session.ErrConflict):
+		return KindUnavailable
+	}
+	return KindAttempt
+}

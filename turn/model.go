@@ -1,0 +1,52 @@
+package turn
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/turnstile-go/turnstile/session"
+)
+
+// ModelClient is the host's model call: one turn of an agent.
+type ModelClient interface {
+	// Respond runs one turn: the request and the session's recent history in, the events to
+	// append out, the final answer last. It runs under the whole-turn deadline carried by ctx
+	// and must return when ctx ends.
+	//
+	// Respond may be called again for the same request after a crash or a failed attempt, so
+	// any side effect it causes (a refund, an email) must be idempotent: pass
+	// Input.ToolKey(callID) to the service that performs it. Steer retries with the error:
+	// Permanent(err) dead-letters the request at once, RetryAfter(d, err) pauses the consumer
+	// without spending an attempt, any other error counts a failed attempt.
+	Respond(ctx context.Context, in Input) (Output, error)
+}
+
+// ModelFunc adapts a function to ModelClient.
+type ModelFunc func(ctx context.Context, in Input) (Output, error)
+
+// Respond calls f.
+func (f ModelFunc) Respond(ctx context.Context, in Input) (Output, error) { return f(ctx, in) }
+
+// Input is what a ModelClient gets for one turn.
+type Input struct {
+	Request Request
+	// Session is the conversation before this turn: its state and at most the Runner's
+	// HistoryLimit most recent events, oldest first. The user's message of this request is
+	// not in it; it is Request.Text.
+	Session session.Session
+	// Attempt is the 1-based attempt number the inbox counted for this request.
+	Attempt int
+}
+
+// ToolKey returns the idempotency key of the tool call callID in this turn; see ToolKey.
+func (in Input) ToolKey(callID string) string { return ToolKey(in.Request.ID, callID) }
+
+// Output is what a ModelClient returns for one turn.
+type Output struct {
+	// Events are appended to the session after the user's message, in order; the last one is
+	// the final answer whose Text becomes Result.Text. At least one. The Runner fills in ID,
+	// RequestID, Seq and, when zero, Time; set Author ("assistant" when empty), Text and Data.
+	Events []session.Event
+	// State, when not nil, replaces the session's state with this turn.
+	State json.RawMessage
+}

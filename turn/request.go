@@ -1,0 +1,267 @@
+package turn
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+)
+
+// SchemaVersion is the version of the Request and Result JSON envelopes this package writes
+// and the only one it reads. A record with another version is dead-lettered, not guessed at.
+const SchemaVersion = 1
+
+// Limits Decode applies. DefaultMaxTextBytes can be changed per Decoder; the others are fixed
+// so that an envelope's size stays bounded whatever the producer does.
+const (
+	// DefaultMaxTextBytes is the default limit on Request.Text: 1 MiB.
+	DefaultMaxTextBytes = 1 << 20
+	// MaxIDBytes bounds the conversation, user and reply-to ids: 256 bytes each.
+	MaxIDBytes = 256
+	// MaxMetadataEntries bounds the number of Request.Metadata entries.
+	MaxMetadataEntries = 64
+	// MaxMetadataValueBytes bounds each metadata key and value: 4 KiB.
+	MaxMetadataValueBytes = 4 << 10
+)
+
+// Request is the input envelope: one user message to a conversation, as JSON in the value of a
+// Kafka record whose key is the conversation id.
+//
+//	{"schema":1,"request_id":"0b9c...","conversation_id":"c-7731","user_id":"u-12",
+//	 "sequence":2,"text":"where is my refund?","reply_to":"email",
+//	 "metadata":{"trace_id":"..."},"created_at":"2026-11-30T05:00:00Z"}
+type Request struct {
+	// Schema is the envelope version; it must be SchemaVersion.
+	Schema int `json:"schema"`
+	// ID is the request id, a UUID (any version but nil): the dedup key of the inbox and the
+	// root of the turn's tool idempotency keys.
+	ID string `json:"request_id"`
+	// ConversationID is the conversation (and session) id; it must equal the record key.
+	ConversationID string `json:"conversation_id"`
+	// UserID is the user the conversation belongs to (G7).
+	UserID string `json:"user_id"`
+	// Sequence is the request's 1-based position in its conversation when the producer keeps
+	// one; 0 means none, and record order applies.
+	Sequence int64 `json:"sequence,omitempty"`
+	// Text is the user's message, valid UTF-8, at most the Decoder's MaxTextBytes.
+	Text string `json:"text"`
+	// ReplyTo is an optional hint for where the answer should go ("email", a topic, ...).
+	ReplyTo string `json:"reply_to,omitempty"`
+	// Metadata carries stable context such as trace id, tenant and policy version.
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// CreatedAt is when the producer made the request; optional.
+	CreatedAt time.Time `json:"created_at,omitzero"`
+
+	// Source locates the record the request came in; the consumer sets it. It is not part of
+	// the JSON envelope.
+	Source Source `json:"-"`
+}
+
+// Source is where a request was read: the record's topic, partition and own offset.
+type Source struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+}
+
+// Result is the output envelope: the answer to one request, as JSON in the value of a record
+// on the results topic, keyed by the conversation id. A Result is a function of the request and
+// of its turn as stored in the session, so every worker that produces it for a request id
+// produces the same bytes.
+type Result struct {
+	// Schema is the envelope version, SchemaVersion.
+	Schema         int    `json:"schema"`
+	RequestID      string `json:"request_id"`
+	ConversationID string `json:"conversation_id"`
+	UserID         string `json:"user_id"`
+	Sequence       int64  `json:"sequence,omitempty"`
+	// Text is the final answer: the text of the turn's last event.
+	Text    string `json:"text"`
+	ReplyTo string `json:"reply_to,omitempty"`
+	// Metadata is the request's metadata, carried through.
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// Events counts the events the turn added to the session, the user's message included.
+	Events int `json:"events"`
+	// CompletedAt is the time of the turn's last event.
+	CompletedAt time.Time `json:"completed_at"`
+
+	// Replayed is true when the result came from the inbox (the request was done before)
+	// rather than from running the turn. It is not part of the JSON envelope.
+	Replayed bool `json:"-"`
+}
+
+// DecodeError says which field of an envelope is wrong and why.
+type DecodeError struct {
+	// Field is the JSON field name, or "" when the whole value is at fault.
+	Field string
+	// Problem says what is wrong, with the limit when one applies.
+	Problem string
+	// Err is the underlying error, if any.
+	Err error
+}
+
+func (e *DecodeError) Error() string {
+	msg := "turn: bad request"
+	if e.Field != "" {
+		msg += ": " + e.Field
+	}
+	msg += ": " + e.Problem
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+func (e *DecodeError) Unwrap() error { return e.Err }
+
+// Decoder decodes and validates request envelopes. The zero value uses the defaults.
+type Decoder struct {
+	// MaxTextBytes limits Request.Text in bytes; 0 means DefaultMaxTextBytes.
+	MaxTextBytes int
+}
+
+// Decode decodes one request with the default Decoder.
+func Decode(data []byte) (Request, error) { return Decoder{}.Decode(data) }
+
+// Decode parses data as a Request envelope and validates it. Every failure is a *DecodeError
+// naming the field and the problem; no input makes it panic. Unknown fields are ignored, so a
+// producer may add fields without a schema bump; a changed meaning needs a new Schema.
+func (d Decoder) Decode(data []byte) (Request, error) {
+	if len(data) == 0 {
+		return Request{}, &DecodeError{Problem: "empty value"}
+	}
+	if !utf8.Valid(data) {
+		// encoding/json would silently turn invalid bytes into U+FFFD.
+		return Request{}, &DecodeError{Problem: "value is not valid UTF-8"}
+	}
+	if limit := d.maxText() + 64<<10 + MaxMetadataEntries*2*MaxMetadataValueBytes; len(data) > limit {
+		return Request{}, &DecodeError{Problem: fmt.Sprintf("value is %d bytes, over the limit of %d", len(data), limit)}
+	}
+	var req Request
+	if err := json.Unmarshal(data, &req); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			if typeErr.Field == "" {
+				return Request{}, &DecodeError{Problem: "value is not a JSON object", Err: err}
+			}
+			return Request{}, &DecodeError{Field: typeErr.Field, Problem: "wrong JSON type, want " + typeErr.Type.String(), Err: err}
+		}
+		var timeErr *time.ParseError
+		if errors.As(err, &timeErr) {
+			return Request{}, &DecodeError{Field: "created_at", Problem: "not an RFC 3339 time", Err: err}
+		}
+		return Request{}, &DecodeError{Problem: "malformed JSON", Err: err}
+	}
+	if err := d.Validate(req); err != nil {
+		return Request{}, err
+	}
+	return req, nil
+}
+
+// Validate checks a Request built in code against the rules Decode applies, returning a
+// *DecodeError for the first broken one.
+func (d Decoder) Validate(req Request) error {
+	switch {
+	case req.Schema == 0:
+		return &DecodeError{Field: "schema", Problem: "missing"}
+	case req.Schema != SchemaVersion:
+		return &DecodeError{Field: "schema", Problem: fmt.Sprintf("unknown version %d, this reader knows %d", req.Schema, SchemaVersion)}
+	}
+	if req.ID == "" {
+		return &DecodeError{Field: "request_id", Problem: "missing"}
+	}
+	id, err := uuid.Parse(req.ID)
+	if err != nil {
+		return &DecodeError{Field: "request_id", Problem: "not a UUID", Err: err}
+	}
+	if id == uuid.Nil {
+		return &DecodeError{Field: "request_id", Problem: "the nil UUID is not an id"}
+	}
+	if err := checkID("conversation_id", req.ConversationID, true); err != nil {
+		return err
+	}
+	if err := checkID("user_id", req.UserID, true); err != nil {
+		return err
+	}
+	if err := checkID("reply_to", req.ReplyTo, false); err != nil {
+		return err
+	}
+	if req.Sequence < 0 {
+		return &DecodeError{Field: "sequence", Problem: fmt.Sprintf("negative (%d); use 0 for none, else 1-based", req.Sequence)}
+	}
+	switch {
+	case strings.TrimSpace(req.Text) == "":
+		return &DecodeError{Field: "text", Problem: "empty"}
+	case len(req.Text) > d.maxText():
+		return &DecodeError{Field: "text", Problem: fmt.Sprintf("%d bytes, over the limit of %d", len(req.Text), d.maxText())}
+	case !utf8.ValidString(req.Text):
+		return &DecodeError{Field: "text", Problem: "not valid UTF-8"}
+	}
+	if len(req.Metadata) > MaxMetadataEntries {
+		return &DecodeError{Field: "metadata", Problem: fmt.Sprintf("%d entries, over the limit of %d", len(req.Metadata), MaxMetadataEntries)}
+	}
+	for k, v := range req.Metadata {
+		if k == "" || len(k) > MaxMetadataValueBytes || len(v) > MaxMetadataValueBytes {
+			return &DecodeError{Field: "metadata", Problem: fmt.Sprintf("entry %.40q: keys must be non-empty and keys and values at most %d bytes", k, MaxMetadataValueBytes)}
+		}
+	}
+	return nil
+}
+
+func (d Decoder) maxText() int {
+	if d.MaxTextBytes > 0 {
+		return d.MaxTextBytes
+	}
+	return DefaultMaxTextBytes
+}
+
+// checkID checks an id field: bounded, valid UTF-8, no control characters or surrounding spaces.
+func checkID(field, v string, required bool) error {
+	if v == "" {
+		if required {
+			return &DecodeError{Field: field, Problem: "missing"}
+		}
+		return nil
+	}
+	if len(v) > MaxIDBytes {
+		return &DecodeError{Field: field, Problem: fmt.Sprintf("%d bytes, over the limit of %d", len(v), MaxIDBytes)}
+	}
+	if !utf8.ValidString(v) {
+		return &DecodeError{Field: field, Problem: "not valid UTF-8"}
+	}
+	if strings.TrimSpace(v) != v {
+		return &DecodeError{Field: field, Problem: "leading or trailing space"}
+	}
+	if strings.IndexFunc(v, unicode.IsControl) >= 0 {
+		return &DecodeError{Field: field, Problem: "control character"}
+	}
+	return nil
+}
+
+// Encode returns the JSON envelope of req with Schema set to SchemaVersion when it is 0.
+func (req Request) Encode() ([]byte, error) {
+	if req.Schema == 0 {
+		req.Schema = SchemaVersion
+	}
+	return json.Marshal(req)
+}
+
+// DecodeResult parses a Result envelope, checking its schema version and request id.
+func DecodeResult(data []byte) (Result, error) {
+	var res Result
+	if err := json.Unmarshal(data, &res); err != nil {
+		return Result{}, fmt.Errorf("turn: bad result: %w", err)
+	}
+	if res.Schema != SchemaVersion {
+		return Result{}, fmt.Errorf("turn: bad result: schema version %d, this reader knows %d", res.Schema, SchemaVersion)
+	}
+	if res.RequestID == "" {
+		return Result{}, errors.New("turn: bad result: missing request_id")
+	}
+	return res, nil
+}

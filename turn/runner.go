@@ -1,0 +1,302 @@
+package turn
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/turnstile-go/turnstile/inbox"
+	"github.com/turnstile-go/turnstile/session"
+)
+
+// Defaults the Runner applies to zero fields.
+const (
+	DefaultApp          = "turnstile"
+	DefaultTurnTimeout  = 90 * time.Second
+	DefaultHistoryLimit = 50
+	DefaultMaxAttempts  = 3
+	// bookkeepingTimeout bounds the inbox writes made after a turn failed or was abandoned,
+	// which run even when the turn's context has ended.
+	bookkeepingTimeout = 5 * time.Second
+)
+
+// Runner runs one turn idempotently: the same request run any number of times, on any
+// workers, after any crash, adds its turn to the session once and yields one Result.
+// See DESIGN.md "One turn, direct mode" for the steps and the crash table.
+//
+// Set the fields before the first Run and do not change them after; a Runner is then safe
+// for concurrent use. Model, Sessions and Inbox are required.
+type Runner struct {
+	// Model is the host's model call.
+	Model ModelClient
+	// Sessions holds the conversations; share it between workers (G4).
+	Sessions session.Store
+	// Inbox dedups requests and counts attempts; share it between workers (G3, G5).
+	Inbox inbox.Inbox
+	// App is the session.Key's app; default DefaultApp.
+	App string
+	// TurnTimeout bounds a whole turn, store calls included; default DefaultTurnTimeout.
+	// A turn that runs past it fails its attempt with ErrTurnTimeout.
+	TurnTimeout time.Duration
+	// HistoryLimit is how many recent events the model sees; default DefaultHistoryLimit.
+	HistoryLimit int
+	// MaxAttempts is how many attempts a request gets before it is dead-lettered, counting
+	// deliveries that crashed; default DefaultMaxAttempts.
+	MaxAttempts int
+	// Logger gets a line per failed or dead-lettered turn; default slog.Default().
+	Logger *slog.Logger
+	// NowFunc returns the current time; default time.Now. Tests set it.
+	NowFunc func() time.Time
+	// Decoder validates requests given to Run; its zero value applies the default limits.
+	Decoder Decoder
+}
+
+// Validate reports a missing required field by name.
+func (r *Runner) Validate() error {
+	switch {
+	case r == nil:
+		return errors.New("turn: nil Runner")
+	case r.Model == nil:
+		return errors.New("turn: Runner.Model is nil")
+	case r.Sessions == nil:
+		return errors.New("turn: Runner.Sessions is nil")
+	case r.Inbox == nil:
+		return errors.New("turn: Runner.Inbox is nil")
+	case r.TurnTimeout < 0, r.HistoryLimit < 0, r.MaxAttempts < 0:
+		return errors.New("turn: Runner.TurnTimeout, HistoryLimit and MaxAttempts must not be negative")
+	}
+	return nil
+}
+
+func (r *Runner) app() string { return cmp(r.App, DefaultApp) }
+func (r *Runner) turnTimeout() time.Duration {
+	return cmp(r.TurnTimeout, DefaultTurnTimeout)
+}
+func (r *Runner) historyLimit() int { return cmp(r.HistoryLimit, DefaultHistoryLimit) }
+
+// Attempts returns the effective MaxAttempts.
+func (r *Runner) Attempts() int { return cmp(r.MaxAttempts, DefaultMaxAttempts) }
+func (r *Runner) logger() *slog.Logger {
+	if r.Logger != nil {
+		return r.Logger
+	}
+	return slog.Default()
+}
+func (r *Runner) now() time.Time {
+	if r.NowFunc != nil {
+		return r.NowFunc()
+	}
+	return time.Now()
+}
+
+// cmp returns v, or def when v is the zero value.
+func cmp[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// Key returns the session key of req: (App, req.UserID, req.ConversationID).
+func (r *Runner) Key(req Request) session.Key {
+	return session.Key{App: r.app(), User: req.UserID, Conversation: req.ConversationID}
+}
+
+// Run runs the turn of req and returns its Result. A request that is already done returns its
+// stored Result (Replayed set) without calling the model.
+//
+// On error, Classify(err) says what to do: KindPermanent errors are *DeadLetterError (the
+// request is marked dead; publish it to the dead-letter topic), KindAttempt errors were
+// counted, KindRateLimited, KindUnavailable and KindCanceled were not. A request in the session
+// of another user fails with an error wrapping session.ErrOwnerMismatch and is dead-lettered
+// (G7). Run's errors wrap the store's and the model's, so errors.Is and errors.As see them.
+func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
+	if err := r.Validate(); err != nil {
+		return Result{}, err
+	}
+	if err := r.Decoder.Validate(req); err != nil {
+		return Result{}, &DeadLetterError{RequestID: req.ID, Reason: err.Error(), Err: err}
+	}
+	entry, err := r.Inbox.Begin(ctx, inbox.Delivery{
+		RequestID: req.ID, Conversation: req.ConversationID,
+		Topic: req.Source.Topic, Partition: req.Source.Partition, Offset: req.Source.Offset,
+	})
+	if err != nil {
+		return Result{}, fmt.Errorf("turn %s: inbox begin: %w", req.ID, err)
+	}
+	switch {
+	case entry.Status == inbox.StatusDone:
+		res, err := DecodeResult(entry.Result)
+		if err != nil {
+			return Result{}, r.deadLetter(ctx, req, entry.Attempts, "stored result unreadable", Permanent(err))
+		}
+		res.Replayed = true
+		return res, nil
+	case entry.Status == inbox.StatusDead:
+		return Result{}, &DeadLetterError{RequestID: req.ID, Reason: entry.Reason, Attempts: entry.Attempts}
+	case entry.Attempts > r.Attempts():
+		// The earlier deliveries crashed or failed without dead-lettering (G5: crash loops count).
+		reason := fmt.Sprintf("%d attempts exhausted", r.Attempts())
+		if entry.Reason != "" {
+			reason += "; last error: " + entry.Reason
+		}
+		return Result{}, r.deadLetter(ctx, req, entry.Attempts, reason, nil)
+	}
+	res, err := r.attempt(ctx, req, entry.Attempts, entry.Status == inbox.StatusNew)
+	if err != nil {
+		return Result{}, r.failed(ctx, req, entry.Attempts, err)
+	}
+	return res, nil
+}
+
+// attempt runs the turn once under the whole-turn deadline.
+func (r *Runner) attempt(ctx context.Context, req Request, attempt int, first bool) (Result, error) {
+	tctx, cancel := context.WithTimeoutCause(ctx, r.turnTimeout(), ErrTurnTimeout)
+	defer cancel()
+	res, err := r.runTurn(tctx, req, attempt, first)
+	switch {
+	case err == nil:
+		return res, nil
+	case ctx.Err() != nil:
+		// Abandoned by the caller (shutdown, revoke), whatever error the model made of it.
+		return Result{}, fmt.Errorf("turn abandoned: %w: %w", ctx.Err(), err)
+	case errors.Is(context.Cause(tctx), ErrTurnTimeout):
+		return Result{}, fmt.Errorf("%w (%s): %w", ErrTurnTimeout, r.turnTimeout(), err)
+	}
+	return Result{}, err
+}
+
+func (r *Runner) runTurn(ctx context.Context, req Request, attempt int, first bool) (Result, error) {
+	key := r.Key(req)
+	sess, err := r.getOrCreate(ctx, key)
+	if err != nil {
+		return Result{}, err
+	}
+	if !first {
+		// An earlier delivery may have appended the turn and crashed (or failed to reach the
+		// inbox) before completing it: reuse that turn rather than call the model again.
+		stored, err := r.Sessions.FindTurn(ctx, key, req.ID)
+		switch {
+		case err == nil:
+			return r.complete(ctx, req, stored)
+		case !errors.Is(err, session.ErrNotFound):
+			return Result{}, fmt.Errorf("session find turn: %w", err)
+		}
+	}
+	out, err := r.Model.Respond(ctx, Input{Request: req, Session: sess, Attempt: attempt})
+	if err != nil {
+		return Result{}, fmt.Errorf("model: %w", err)
+	}
+	if len(out.Events) == 0 {
+		return Result{}, errors.New("model: returned no events")
+	}
+	events := make([]session.Event, 0, len(out.Events)+1)
+	events = append(events, session.Event{Author: "user", Text: req.Text})
+	events = append(events, out.Events...)
+	// Microseconds and UTC, so that the Result built from these events is the same bytes as
+	// one rebuilt later from a SQL store's copy.
+	now := r.now().UTC().Truncate(time.Microsecond)
+	for i := range events {
+		e := &events[i]
+		e.ID, e.RequestID, e.Seq = eventID(req.ID, i), req.ID, 0
+		e.Author = cmp(e.Author, "assistant")
+		if e.Time.IsZero() {
+			e.Time = now
+		}
+		e.Time = e.Time.UTC().Truncate(time.Microsecond)
+	}
+	appended, err := r.Sessions.Append(ctx, key, sess.Version, session.Turn{RequestID: req.ID, Events: events, State: out.State})
+	if err != nil {
+		return Result{}, fmt.Errorf("session append at version %d: %w", sess.Version, err)
+	}
+	return r.complete(ctx, req, appended.Events)
+}
+
+// getOrCreate loads the session, creating it on first use; the loser of a create race reads.
+func (r *Runner) getOrCreate(ctx context.Context, key session.Key) (session.Session, error) {
+	sess, err := r.Sessions.Get(ctx, key, r.historyLimit())
+	if !errors.Is(err, session.ErrNotFound) {
+		return sess, wrapIf("session get", err)
+	}
+	sess, err = r.Sessions.Create(ctx, key, nil)
+	if !errors.Is(err, session.ErrExists) {
+		return sess, wrapIf("session create", err)
+	}
+	sess, err = r.Sessions.Get(ctx, key, r.historyLimit())
+	return sess, wrapIf("session get after create race", err)
+}
+
+func wrapIf(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// complete builds the Result from the stored turn and stores it in the inbox.
+func (r *Runner) complete(ctx context.Context, req Request, stored []session.Event) (Result, error) {
+	last := stored[len(stored)-1]
+	res := Result{
+		Schema: SchemaVersion, RequestID: req.ID, ConversationID: req.ConversationID,
+		UserID: req.UserID, Sequence: req.Sequence, Text: last.Text, ReplyTo: req.ReplyTo,
+		Metadata: req.Metadata, Events: len(stored), CompletedAt: last.Time.UTC(),
+	}
+	data, err := json.Marshal(res)
+	if err != nil {
+		return Result{}, fmt.Errorf("encode result: %w", err)
+	}
+	if err := r.Inbox.Complete(ctx, req.ID, data); err != nil {
+		return Result{}, fmt.Errorf("inbox complete: %w", err)
+	}
+	return res, nil
+}
+
+// failed records a failed attempt in the inbox and turns the error into what Run returns.
+func (r *Runner) failed(ctx context.Context, req Request, attempts int, err error) error {
+	err = fmt.Errorf("turn %s attempt %d: %w", req.ID, attempts, err)
+	kind := Classify(err)
+	log := r.logger().With("request_id", req.ID, "conversation_id", req.ConversationID,
+		"topic", req.Source.Topic, "partition", req.Source.Partition, "offset", req.Source.Offset,
+		"attempt", attempts, "kind", kind.String())
+	switch kind {
+	case KindPermanent:
+		return r.deadLetter(ctx, req, attempts, err.Error(), err)
+	case KindAttempt:
+		if attempts >= r.Attempts() {
+			return r.deadLetter(ctx, req, attempts, fmt.Sprintf("%d attempts exhausted; last error: %v", attempts, err), err)
+		}
+		log.Warn("turn attempt failed", "err", err)
+		r.bookkeep(ctx, log, func(ctx context.Context) error {
+			return r.Inbox.Fail(ctx, req.ID, inbox.Failure{Reason: err.Error()})
+		})
+	default: // not the request's fault: give the attempt back
+		log.Info("turn not completed; attempt refunded", "err", err)
+		r.bookkeep(ctx, log, func(ctx context.Context) error {
+			return r.Inbox.Fail(ctx, req.ID, inbox.Failure{Reason: err.Error(), Refund: true})
+		})
+	}
+	return err
+}
+
+// deadLetter marks the request dead and returns the *DeadLetterError for the caller to publish.
+func (r *Runner) deadLetter(ctx context.Context, req Request, attempts int, reason string, cause error) error {
+	log := r.logger().With("request_id", req.ID, "conversation_id", req.ConversationID,
+		"topic", req.Source.Topic, "partition", req.Source.Partition, "offset", req.Source.Offset)
+	log.Error("request dead-lettered", "attempts", attempts, "reason", reason)
+	r.bookkeep(ctx, log, func(ctx context.Context) error { return r.Inbox.MarkDead(ctx, req.ID, reason) })
+	return &DeadLetterError{RequestID: req.ID, Reason: reason, Attempts: attempts, Err: cause}
+}
+
+// bookkeep runs an inbox write that must happen even when ctx has ended. Its failure is only
+// logged: the inbox then counts the attempt anyway, which errs on the side of the DLQ.
+func (r *Runner) bookkeep(ctx context.Context, log *slog.Logger, write func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout)
+	defer cancel()
+	if err := write(ctx); err != nil {
+		log.Warn("inbox bookkeeping failed", "err", err)
+	}
+}
