@@ -153,6 +153,9 @@ func (s *MemoryStore) FindTurn(ctx context.Context, key Key, requestID string) (
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if requestID == "" {
+		return nil, fmt.Errorf("%w: empty request id", ErrInvalid)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m, err := s.lookup(key)

@@ -161,7 +161,8 @@ type Store interface {
 	// Errors: ErrNotFound, ErrConflict, ErrOwnerMismatch, ErrInvalid.
 	Append(ctx context.Context, key Key, expectedVersion int64, turn Turn) (Appended, error)
 	// FindTurn returns the stored events of one request's turn, in order, whatever their age.
-	// Errors: ErrNotFound (no session, or no turn of that request), ErrOwnerMismatch, ErrInvalid.
+	// Errors: ErrNotFound (no session, or no turn of that request), ErrOwnerMismatch,
+	// ErrInvalid (an empty key part or request id).
 	FindTurn(ctx context.Context, key Key, requestID string) ([]Event, error)
 	// Delete removes the session and its history. Errors: ErrNotFound, ErrOwnerMismatch, ErrInvalid.
 	Delete(ctx context.Context, key Key) error

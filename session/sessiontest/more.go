@@ -1,0 +1,164 @@
+package sessiontest
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/turnstile-go/turnstile/session"
+)
+
+func testRoundTrip(t *testing.T, s session.Store) {
+	ctx := context.Background()
+	key := newKey(t)
+	// State and Data are stored as given: whitespace and key order survive.
+	state := json.RawMessage("{ \"z\": 1,\n  \"a\": [true, null] }")
+	created := create(t, s, key, state)
+
+	paris, err := time.LoadLocation("Europe/Paris")
+	if err != nil {
+		paris = time.FixedZone("UTC+2", 2*3600)
+	}
+	tr := session.Turn{RequestID: "req-ü-1", Events: []session.Event{
+		{ID: "e1", Author: "user", Text: "héllo, wörld — 你好 🙂", Time: time.Date(2025, 6, 7, 8, 9, 10, 123456789, paris)},
+		{ID: "e2", Author: "tool", Data: json.RawMessage(`{"b": 2, "a": {"x": [1, 2.50, "s"]}}`), Time: time.Date(1999, 12, 31, 23, 59, 59, 999999000, time.UTC)},
+		{ID: "e3", Author: "assistant", Text: "no time, no data"},
+		{ID: "", Author: "custom-role", Text: "", Data: json.RawMessage(`"just a string"`), Time: time.Unix(0, 1000).UTC()},
+	}}
+	ap := mustAppend(t, s, key, 0, tr)
+	want := stored(tr, 1)
+	requireSameEvents(t, want, ap.Events)
+
+	got := get(t, s, key, 10)
+	require.Equal(t, string(state), string(got.State))
+	requireSameEvents(t, want, got.Events)
+	require.True(t, got.Events[2].Time.IsZero(), "the zero time comes back zero, got %s", got.Events[2].Time)
+	require.Empty(t, got.Events[2].Data)
+	requireSameTime(t, created.CreatedAt, got.CreatedAt, "CreatedAt")
+	require.False(t, got.UpdatedAt.Before(got.CreatedAt), "UpdatedAt %s before CreatedAt %s", got.UpdatedAt, got.CreatedAt)
+	requireRecentTime(t, got.UpdatedAt, "UpdatedAt")
+
+	found, err := s.FindTurn(ctx, key, "req-ü-1")
+	require.NoError(t, err)
+	requireSameEvents(t, want, found)
+}
+
+// testNoAliasing: the store copies what it is given and what it returns.
+func testNoAliasing(t *testing.T, s session.Store) {
+	ctx := context.Background()
+	key := newKey(t)
+	state := json.RawMessage(`{"v":1}`)
+	created := create(t, s, key, state)
+	state[2] = 'X'
+	created.State[2] = 'Y'
+
+	tr := turn("r1", 1)
+	tr.Events[0].Data = json.RawMessage(`{"d":1}`)
+	tr.State = json.RawMessage(`{"v":2}`)
+	ap := mustAppend(t, s, key, 0, tr)
+	tr.Events[0].Data[2] = 'X'
+	tr.State[2] = 'X'
+	ap.Events[0].Data[2] = 'Y'
+
+	got := get(t, s, key, 10)
+	require.Equal(t, `{"v":2}`, string(got.State))
+	require.Equal(t, `{"d":1}`, string(got.Events[0].Data))
+	got.Events[0].Data[2] = 'Z'
+	got.State[2] = 'Z'
+
+	found, err := s.FindTurn(ctx, key, "r1")
+	require.NoError(t, err)
+	require.Equal(t, `{"d":1}`, string(found[0].Data))
+	found[0].Data[2] = 'W'
+	require.Equal(t, `{"v":2}`, string(get(t, s, key, 0).State))
+	require.Equal(t, `{"d":1}`, string(get(t, s, key, 1).Events[0].Data))
+}
+
+func testDelete(t *testing.T, s session.Store) {
+	ctx := context.Background()
+	key := newKey(t)
+	create(t, s, key, json.RawMessage(`"old"`))
+	mustAppend(t, s, key, 0, turn("r1", 2))
+	other := newKey(t)
+	create(t, s, other, nil)
+	mustAppend(t, s, other, 0, turn("r1", 1))
+
+	require.NoError(t, s.Delete(ctx, key))
+	_, err := s.Get(ctx, key, 10)
+	require.ErrorIs(t, err, session.ErrNotFound)
+	_, err = s.FindTurn(ctx, key, "r1")
+	require.ErrorIs(t, err, session.ErrNotFound)
+	_, err = s.Append(ctx, key, 1, turn("r2", 1))
+	require.ErrorIs(t, err, session.ErrNotFound)
+	require.ErrorIs(t, s.Delete(ctx, key), session.ErrNotFound, "a second Delete")
+
+	// The history went with the session: a new session under the key starts empty.
+	again := create(t, s, key, nil)
+	require.Zero(t, again.Version)
+	got := get(t, s, key, 10)
+	require.Zero(t, got.EventCount)
+	require.Empty(t, got.Events)
+	require.Nil(t, got.State)
+	_, err = s.FindTurn(ctx, key, "r1")
+	require.ErrorIs(t, err, session.ErrNotFound, "the old turn is gone")
+	mustAppend(t, s, key, 0, turn("r1", 1))
+
+	require.EqualValues(t, 1, get(t, s, other, 10).EventCount, "Delete touches one session")
+}
+
+// testAppsIsolated: (app, conversation) is the unit; one conversation id in two apps is two
+// sessions, with owners of their own.
+func testAppsIsolated(t *testing.T, s session.Store) {
+	ctx := context.Background()
+	a := newKey(t)
+	b := session.Key{App: "other-" + a.App, User: "user-" + randID(t), Conversation: a.Conversation}
+	create(t, s, a, json.RawMessage(`"a"`))
+	create(t, s, b, json.RawMessage(`"b"`))
+	sameUser := b
+	sameUser.User = a.User
+	_, err := s.Get(ctx, sameUser, 0)
+	require.ErrorIs(t, err, session.ErrOwnerMismatch, "b's owner is b's user, whatever a's is")
+
+	mustAppend(t, s, a, 0, turn("r1", 2))
+	gb := get(t, s, b, 10)
+	require.Zero(t, gb.Version)
+	require.Empty(t, gb.Events)
+	require.Equal(t, `"b"`, string(gb.State))
+	_, err = s.FindTurn(ctx, b, "r1")
+	require.ErrorIs(t, err, session.ErrNotFound)
+
+	mustAppend(t, s, b, 0, turn("r1", 1))
+	require.NoError(t, s.Delete(ctx, a))
+	gb = get(t, s, b, 10)
+	require.EqualValues(t, 1, gb.Version)
+	require.Len(t, gb.Events, 1)
+}
+
+func testCancelledContext(t *testing.T, s session.Store) {
+	key := newKey(t)
+	create(t, s, key, json.RawMessage(`"s"`))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+
+	_, err := s.Get(ctx, key, 10)
+	require.Error(t, err, "Get")
+	fresh := newKey(t)
+	_, err = s.Create(ctx, fresh, nil)
+	require.Error(t, err, "Create")
+	tr := turn("r1", 1)
+	tr.State = json.RawMessage(`"changed"`)
+	_, err = s.Append(ctx, key, 0, tr)
+	require.Error(t, err, "Append")
+	_, err = s.FindTurn(ctx, key, "r1")
+	require.Error(t, err, "FindTurn")
+	require.Error(t, s.Delete(ctx, key), "Delete")
+
+	got := get(t, s, key, 10)
+	require.Zero(t, got.Version, "a cancelled Append writes nothing")
+	require.Equal(t, `"s"`, string(got.State))
+	_, err = s.Get(context.Background(), fresh, 0)
+	require.ErrorIs(t, err, session.ErrNotFound, "a cancelled Create writes nothing")
+}
