@@ -160,6 +160,9 @@ func (d Decoder) Decode(data []byte) (Request, error) {
 	if err := d.Validate(req); err != nil {
 		return Request{}, err
 	}
+	if len(req.Metadata) == 0 {
+		req.Metadata = nil // {} and absent mean the same
+	}
 	return req, nil
 }
 

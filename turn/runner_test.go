@@ -189,8 +189,12 @@ func TestCrashPoints(t *testing.T) {
 		inbox     func(inbox.Inbox, *crash) inbox.Inbox
 		wantCalls int64
 	}{
-		{"after begin", func(s session.Store, c *crash) session.Store { return &crashingSessions{Store: s, c: c, afterGet: true} }, nil, 1},
-		{"after model call", func(s session.Store, c *crash) session.Store { return &crashingSessions{Store: s, c: c, noAppend: true} }, nil, 2},
+		{"after begin", func(s session.Store, c *crash) session.Store {
+			return &crashingSessions{Store: s, c: c, afterGet: true}
+		}, nil, 1},
+		{"after model call", func(s session.Store, c *crash) session.Store {
+			return &crashingSessions{Store: s, c: c, noAppend: true}
+		}, nil, 2},
 		{"after session append", func(s session.Store, c *crash) session.Store {
 			return &crashingSessions{Store: s, c: c, afterWrite: true}
 		}, nil, 1},
