@@ -1,0 +1,13 @@
+package inbox_test
+
+import (
+	"testing"
+
+	"github.com/turnstile-go/turnstile/inbox"
+	"github.com/turnstile-go/turnstile/inbox/inboxtest"
+)
+
+func TestMemoryInbox(t *testing.T) {
+	t.Parallel()
+	inboxtest.Run(t, func(*testing.T) inbox.Inbox { return inbox.NewMemoryInbox() })
+}
