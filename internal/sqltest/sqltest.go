@@ -1,0 +1,164 @@
+// Package sqltest opens the databases that the SQL stores' tests run on: SQLite in a file or
+// in memory (modernc.org/sqlite), and PostgreSQL (github.com/jackc/pgx/v5/stdlib) at
+// TURNSTILE_POSTGRES_DSN, each test with tables of its own.
+package sqltest
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
+	_ "modernc.org/sqlite"              // registers the "sqlite" driver
+)
+
+// DefaultPostgresDSN is where the tests look for PostgreSQL when TURNSTILE_POSTGRES_DSN is unset.
+const DefaultPostgresDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// SQLitePragmas are the DSN parameters the tests (and the docs) give modernc.org/sqlite:
+// writers wait up to 5 s for the write lock instead of failing with SQLITE_BUSY.
+const SQLitePragmas = "_pragma=busy_timeout(5000)"
+
+// ID returns a random lower-case hex id of 16 characters.
+func ID(t testing.TB) string {
+	t.Helper()
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// SQLiteFile opens a new SQLite database in a file under t.TempDir(), in WAL mode, closed at
+// the end of the test.
+func SQLiteFile(t testing.TB) *sql.DB {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "turnstile.db")
+	return open(t, "sqlite", "file:"+path+"?"+SQLitePragmas+"&_pragma=journal_mode(WAL)")
+}
+
+// SQLiteMemory opens a new named in-memory SQLite database with a shared cache, so that all
+// the pool's connections see it. It lives while one connection is open: the pool never closes
+// its idle connections (no idle time or lifetime is set), and the test closes it at the end.
+func SQLiteMemory(t testing.TB) *sql.DB {
+	t.Helper()
+	return open(t, "sqlite", "file:mem-"+ID(t)+"?mode=memory&cache=shared&"+SQLitePragmas)
+}
+
+func open(t testing.TB, driver, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if err := db.Ping(); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+var pg struct {
+	once sync.Once
+	db   *sql.DB
+	err  error
+	dsn  string
+}
+
+// PostgresDSN returns TURNSTILE_POSTGRES_DSN, or DefaultPostgresDSN when it is unset.
+func PostgresDSN() string {
+	if dsn := os.Getenv("TURNSTILE_POSTGRES_DSN"); dsn != "" {
+		return dsn
+	}
+	return DefaultPostgresDSN
+}
+
+// Postgres returns the test binary's pool to PostgreSQL (at most 25 connections, shared by
+// every test; never closed). When the database cannot be reached the test is skipped with the
+// reason, or fails when CI=true.
+func Postgres(t testing.TB) *sql.DB {
+	t.Helper()
+	pg.once.Do(func() {
+		pg.dsn = PostgresDSN()
+		pg.db, pg.err = sql.Open("pgx", pg.dsn)
+		if pg.err != nil {
+			return
+		}
+		pg.db.SetMaxOpenConns(25)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		pg.err = pg.db.PingContext(ctx)
+	})
+	if pg.err != nil {
+		msg := fmt.Sprintf("PostgreSQL unreachable at %s (set TURNSTILE_POSTGRES_DSN): %v", pg.dsn, pg.err)
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return pg.db
+}
+
+// Prefix returns a table prefix no other test uses, and drops the tables that start with it
+// at the end of the test (on PostgreSQL; SQLite databases are per test anyway).
+func Prefix(t testing.TB, db *sql.DB, postgres bool) string {
+	t.Helper()
+	prefix := "t" + ID(t)[:12] + "_"
+	if postgres {
+		t.Cleanup(func() { DropTables(t, db, prefix) })
+	}
+	return prefix
+}
+
+// DropTables drops every PostgreSQL table in the current schema whose name starts with prefix.
+func DropTables(t testing.TB, db *sql.DB, prefix string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rows, err := db.QueryContext(ctx, `SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND starts_with(tablename, $1)`, prefix)
+	if err != nil {
+		t.Errorf("list tables of %s: %v", prefix, err)
+		return
+	}
+	var names []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			t.Errorf("list tables of %s: %v", prefix, err)
+		}
+		names = append(names, `"`+n+`"`)
+	}
+	rows.Close()
+	if len(names) == 0 {
+		return
+	}
+	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+strings.Join(names, ", ")+" CASCADE"); err != nil {
+		t.Errorf("drop tables of %s: %v", prefix, err)
+	}
+}
+
+// DB is one database the stores' tests run on.
+type DB struct {
+	// Name is "sqlite-file", "sqlite-memory" or "postgres", for subtest names.
+	Name string
+	// Postgres is true for PostgreSQL.
+	Postgres bool
+	// Open returns a database with nothing of another test in it (for PostgreSQL, the shared
+	// pool; pair it with Prefix).
+	Open func(t testing.TB) *sql.DB
+}
+
+// DBs lists the databases every SQL store test runs on.
+var DBs = []DB{
+	{Name: "sqlite-file", Open: SQLiteFile},
+	{Name: "sqlite-memory", Open: SQLiteMemory},
+	{Name: "postgres", Postgres: true, Open: Postgres},
+}

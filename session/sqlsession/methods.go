@@ -1,0 +1,327 @@
+package sqlsession
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/turnstile-go/turnstile/internal/sqldialect"
+	"github.com/turnstile-go/turnstile/session"
+)
+
+// maxRecent caps Get's recent so that event_count - recent cannot overflow a BIGINT.
+const maxRecent = 1 << 40
+
+// insertBatch is how many events one INSERT carries: 900 arguments, under SQLite's oldest
+// limit of 999 host parameters.
+const insertBatch = 100
+
+// createTries bounds Create's loop when the session it collided with is deleted before it
+// could be read.
+const createTries = 3
+
+// Get implements session.Store: the state and the newest recent events, in one query.
+func (s *Store) Get(ctx context.Context, key session.Key, recent int) (session.Session, error) {
+	if err := key.Validate(); err != nil {
+		return session.Session{}, err
+	}
+	recent = min(max(recent, 0), maxRecent)
+	rows, err := s.db.QueryContext(ctx, s.q.get, key.App, key.Conversation, key.User, int64(recent))
+	if err != nil {
+		return session.Session{}, s.fail("get", key, err)
+	}
+	defer rows.Close()
+	out := session.Session{Key: key}
+	var (
+		found bool
+		owner string
+	)
+	for rows.Next() {
+		var (
+			kind                 int
+			user                 sql.NullString
+			state                []byte
+			version, count       sql.NullInt64
+			created, updated     time.Time
+			seq                  sql.NullInt64
+			id, req, author, txt sql.NullString
+			data                 []byte
+			at                   time.Time
+		)
+		err := rows.Scan(&kind, &user, &state, &version, &count,
+			sqldialect.TimeScanner{T: &created}, sqldialect.TimeScanner{T: &updated},
+			&seq, &id, &req, &author, &txt, &data, sqldialect.TimeScanner{T: &at})
+		if err != nil {
+			return session.Session{}, s.fail("get", key, err)
+		}
+		if kind == 0 {
+			found, owner = true, user.String
+			out.State, out.Version, out.EventCount = nilIfEmpty(state), version.Int64, count.Int64
+			out.CreatedAt, out.UpdatedAt = created, updated
+			continue
+		}
+		out.Events = append(out.Events, session.Event{
+			ID: id.String, RequestID: req.String, Seq: seq.Int64, Author: author.String,
+			Text: txt.String, Data: nilIfEmpty(data), Time: at,
+		})
+	}
+	if err := rows.Err(); err != nil {
+		return session.Session{}, s.fail("get", key, err)
+	}
+	switch {
+	case !found:
+		return session.Session{}, fmt.Errorf("%w: session %s", session.ErrNotFound, key)
+	case owner != key.User:
+		return session.Session{}, fmt.Errorf("%w: session %s", session.ErrOwnerMismatch, key)
+	}
+	return out, nil
+}
+
+// Create implements session.Store. The insert is one statement that does nothing on a
+// conflict (INSERT ... ON CONFLICT DO NOTHING), so the loser of a create race waits for the
+// winner's row and then gets ErrExists, or ErrOwnerMismatch when the row is another user's.
+func (s *Store) Create(ctx context.Context, key session.Key, state json.RawMessage) (session.Session, error) {
+	if err := key.Validate(); err != nil {
+		return session.Session{}, err
+	}
+	now := time.Now()
+	for range createTries {
+		var id int64
+		err := s.db.QueryRowContext(ctx, s.q.create, key.App, key.Conversation, key.User,
+			sqldialect.Bytes(state), s.d.Time(now)).Scan(&id)
+		if err == nil {
+			at := sqldialect.StoredTime(now)
+			return session.Session{Key: key, State: nilIfEmpty(bytes.Clone(state)), CreatedAt: at, UpdatedAt: at}, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return session.Session{}, s.fail("create", key, err)
+		}
+		owner, _, found, err := s.lookup(ctx, s.db, key)
+		if err != nil {
+			return session.Session{}, s.fail("create", key, err)
+		}
+		if !found {
+			continue // deleted since the insert saw it: try again
+		}
+		if owner != key.User {
+			return session.Session{}, fmt.Errorf("%w: session %s", session.ErrOwnerMismatch, key)
+		}
+		return session.Session{}, fmt.Errorf("%w: session %s", session.ErrExists, key)
+	}
+	return session.Session{}, fmt.Errorf("%w: session %s (created and deleted under us %d times)", session.ErrExists, key, createTries)
+}
+
+// Append implements session.Store, in one write transaction: bump the version where it is
+// the expected one (the conditional UPDATE is the optimistic lock), look for the request's
+// stored turn (a duplicate rolls back), insert the events numbered after the old count.
+func (s *Store) Append(ctx context.Context, key session.Key, expectedVersion int64, t session.Turn) (session.Appended, error) {
+	if err := key.Validate(); err != nil {
+		return session.Appended{}, err
+	}
+	if err := t.Validate(); err != nil {
+		return session.Appended{}, err
+	}
+	now := time.Now()
+	tx, err := s.d.BeginWrite(ctx, s.db)
+	if err != nil {
+		return session.Appended{}, s.fail("append", key, err)
+	}
+	defer tx.Rollback()
+
+	n := int64(len(t.Events))
+	var id, version, count int64
+	err = tx.QueryRowContext(ctx, s.q.bump, key.App, key.Conversation, key.User, expectedVersion,
+		n, t.State != nil, sqldialect.Bytes(t.State), s.d.Time(now)).Scan(&id, &version, &count)
+	if errors.Is(err, sql.ErrNoRows) {
+		return session.Appended{}, s.whyNot(ctx, tx, key, expectedVersion)
+	}
+	if err != nil {
+		return session.Appended{}, s.fail("append", key, err)
+	}
+	if s.afterUpdateHook != nil {
+		s.afterUpdateHook(ctx, tx)
+	}
+
+	prior, err := s.readTurn(ctx, tx, id, t.RequestID)
+	if err != nil {
+		return session.Appended{}, s.fail("append", key, err)
+	}
+	if len(prior) > 0 {
+		if err := tx.Rollback(); err != nil {
+			return session.Appended{}, s.fail("append", key, err)
+		}
+		return session.Appended{Version: expectedVersion, Events: prior, Duplicate: true}, nil
+	}
+
+	events := make([]session.Event, n)
+	for i, e := range t.Events {
+		e.RequestID, e.Seq = t.RequestID, count-n+int64(i)+1
+		e.Data, e.Time = nilIfEmpty(bytes.Clone(e.Data)), sqldialect.StoredTime(e.Time)
+		events[i] = e
+	}
+	for i := 0; i < len(events); i += insertBatch {
+		if err := s.insertEvents(ctx, tx, id, events[i:min(i+insertBatch, len(events))], i); err != nil {
+			return session.Appended{}, s.fail("append", key, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return session.Appended{}, s.fail("append: commit", key, err)
+	}
+	return session.Appended{Version: version, Events: events}, nil
+}
+
+func (s *Store) insertEvents(ctx context.Context, tx sqldialect.Querier, sessionID int64, events []session.Event, firstIdx int) error {
+	args := make([]any, 0, len(events)*eventCols)
+	for i, e := range events {
+		args = append(args, sessionID, e.Seq, e.RequestID, firstIdx+i, e.ID, e.Author, e.Text,
+			sqldialect.Bytes(e.Data), s.d.Time(e.Time))
+	}
+	_, err := tx.ExecContext(ctx, s.q.insertEvents(len(events)), args...)
+	return err
+}
+
+// whyNot tells why Append's conditional UPDATE matched no row, inside its transaction.
+func (s *Store) whyNot(ctx context.Context, q sqldialect.Querier, key session.Key, expected int64) error {
+	owner, version, found, err := s.lookup(ctx, q, key)
+	switch {
+	case err != nil:
+		return s.fail("append", key, err)
+	case !found:
+		return fmt.Errorf("%w: session %s", session.ErrNotFound, key)
+	case owner != key.User:
+		return fmt.Errorf("%w: session %s", session.ErrOwnerMismatch, key)
+	}
+	return fmt.Errorf("%w: session %s is at version %d, not %d", session.ErrConflict, key, version, expected)
+}
+
+// lookup reads the owner and version of key's session.
+func (s *Store) lookup(ctx context.Context, q sqldialect.Querier, key session.Key) (owner string, version int64, found bool, err error) {
+	err = q.QueryRowContext(ctx, s.q.owner, key.App, key.Conversation).Scan(&owner, &version)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", 0, false, nil
+	}
+	return owner, version, err == nil, err
+}
+
+// readTurn returns the stored events of one request in a session, in order.
+func (s *Store) readTurn(ctx context.Context, q sqldialect.Querier, sessionID int64, requestID string) ([]session.Event, error) {
+	rows, err := q.QueryContext(ctx, s.q.turn, sessionID, requestID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []session.Event
+	for rows.Next() {
+		var (
+			e    session.Event
+			data []byte
+		)
+		if err := rows.Scan(&e.Seq, &e.ID, &e.RequestID, &e.Author, &e.Text, &data, sqldialect.TimeScanner{T: &e.Time}); err != nil {
+			return nil, err
+		}
+		e.Data = nilIfEmpty(data)
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// FindTurn implements session.Store: one query by the (session_id, request_id, idx) key.
+func (s *Store) FindTurn(ctx context.Context, key session.Key, requestID string) ([]session.Event, error) {
+	if err := key.Validate(); err != nil {
+		return nil, err
+	}
+	if requestID == "" {
+		return nil, fmt.Errorf("%w: empty request id", session.ErrInvalid)
+	}
+	rows, err := s.db.QueryContext(ctx, s.q.findTurn, key.App, key.Conversation, key.User, requestID)
+	if err != nil {
+		return nil, s.fail("find turn", key, err)
+	}
+	defer rows.Close()
+	var (
+		found  bool
+		owner  string
+		events []session.Event
+	)
+	for rows.Next() {
+		var (
+			seq                  sql.NullInt64
+			id, req, author, txt sql.NullString
+			data                 []byte
+			at                   time.Time
+		)
+		if err := rows.Scan(&owner, &seq, &id, &req, &author, &txt, &data, sqldialect.TimeScanner{T: &at}); err != nil {
+			return nil, s.fail("find turn", key, err)
+		}
+		found = true
+		if seq.Valid {
+			events = append(events, session.Event{ID: id.String, RequestID: req.String, Seq: seq.Int64,
+				Author: author.String, Text: txt.String, Data: nilIfEmpty(data), Time: at})
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail("find turn", key, err)
+	}
+	switch {
+	case !found:
+		return nil, fmt.Errorf("%w: session %s", session.ErrNotFound, key)
+	case owner != key.User:
+		return nil, fmt.Errorf("%w: session %s", session.ErrOwnerMismatch, key)
+	case len(events) == 0:
+		return nil, fmt.Errorf("%w: no turn of request %s in session %s", session.ErrNotFound, requestID, key)
+	}
+	return events, nil
+}
+
+// Delete implements session.Store: the session row and its events, in one transaction.
+func (s *Store) Delete(ctx context.Context, key session.Key) error {
+	if err := key.Validate(); err != nil {
+		return err
+	}
+	tx, err := s.d.BeginWrite(ctx, s.db)
+	if err != nil {
+		return s.fail("delete", key, err)
+	}
+	defer tx.Rollback()
+	var id int64
+	err = tx.QueryRowContext(ctx, s.q.deleteSession, key.App, key.Conversation, key.User).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		owner, _, found, err := s.lookup(ctx, tx, key)
+		switch {
+		case err != nil:
+			return s.fail("delete", key, err)
+		case found && owner != key.User:
+			return fmt.Errorf("%w: session %s", session.ErrOwnerMismatch, key)
+		}
+		return fmt.Errorf("%w: session %s", session.ErrNotFound, key)
+	}
+	if err != nil {
+		return s.fail("delete", key, err)
+	}
+	// ON DELETE CASCADE does this where foreign keys are enforced; SQLite enforces them only
+	// with PRAGMA foreign_keys=ON, so delete the events explicitly.
+	if _, err := tx.ExecContext(ctx, s.q.deleteEvents, id); err != nil {
+		return s.fail("delete", key, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return s.fail("delete: commit", key, err)
+	}
+	return nil
+}
+
+// fail wraps a database error with the operation and key, classifying infrastructure
+// failures as retryable.
+func (s *Store) fail(op string, key session.Key, err error) error {
+	return fmt.Errorf("sqlsession: %s %s: %w", op, key, sqldialect.Classify(err))
+}
+
+func nilIfEmpty(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}

@@ -1,0 +1,114 @@
+package sqlsession
+
+import (
+	"strconv"
+
+	"github.com/turnstile-go/turnstile/internal/sqldialect"
+)
+
+// migrations is the session store's schema, step by step. A released step never changes.
+var migrations = []sqldialect.Migration{{
+	Version: 1,
+	Statements: []string{
+		`CREATE TABLE {p}sessions (
+			id {serial},
+			app TEXT NOT NULL,
+			conversation TEXT NOT NULL,
+			user_id TEXT NOT NULL,
+			state {bytes},
+			version BIGINT NOT NULL DEFAULT 0,
+			event_count BIGINT NOT NULL DEFAULT 0,
+			created_at {time} NOT NULL,
+			updated_at {time} NOT NULL,
+			CONSTRAINT {p}sessions_app_conversation UNIQUE (app, conversation)
+		)`,
+		// seq is contiguous from 1 to the session's event_count (events are never deleted one
+		// by one), so the last N events are the range seq > event_count - N of the primary key.
+		`CREATE TABLE {p}events (
+			session_id BIGINT NOT NULL REFERENCES {p}sessions (id) ON DELETE CASCADE,
+			seq BIGINT NOT NULL,
+			request_id TEXT NOT NULL,
+			idx INTEGER NOT NULL,
+			event_id TEXT NOT NULL,
+			author TEXT NOT NULL,
+			body TEXT NOT NULL,
+			data {bytes},
+			at {time},
+			PRIMARY KEY (session_id, seq),
+			CONSTRAINT {p}events_request UNIQUE (session_id, request_id, idx)
+		)`,
+	},
+}}
+
+// queries holds the store's statements, rewritten for the dialect once in New.
+type queries struct {
+	get, create, owner, bump, turn, deleteSession, deleteEvents, findTurn string
+	insertEvents                                                         func(n int) string
+}
+
+// eventCols are the columns of one event, in the order of the insert's arguments.
+const eventCols = 9
+
+func buildQueries(d *sqldialect.Dialect) queries {
+	return queries{
+		// One query, state and the last $4 events: the join walks the (session_id, seq)
+		// primary key from event_count-$4, so its cost does not depend on the history's length.
+		// The owner check in the join keeps another user's events out of the result.
+		// One query for the state and the last $4 events: the session's row first, then the
+		// events, which the join finds by walking the (session_id, seq) primary key from
+		// event_count-$4, so the cost does not depend on the history's length. The owner check
+		// in the second branch keeps another user's events out of the result.
+		get: d.Query(`SELECT 0 AS kind, s.user_id AS user_id, s.state AS state, s.version AS version,
+				s.event_count AS event_count, s.created_at AS created_at, s.updated_at AS updated_at,
+				NULL AS seq, NULL AS event_id, NULL AS request_id, NULL AS author, NULL AS body,
+				NULL AS data, NULL AS at
+			FROM {p}sessions s WHERE s.app = $1 AND s.conversation = $2
+			UNION ALL
+			SELECT 1, NULL, NULL, NULL, NULL, NULL, NULL,
+				e.seq, e.event_id, e.request_id, e.author, e.body, e.data, e.at
+			FROM {p}sessions s
+			JOIN {p}events e ON e.session_id = s.id AND e.seq > s.event_count - $4
+			WHERE s.app = $1 AND s.conversation = $2 AND s.user_id = $3
+			ORDER BY kind, seq`),
+		create: d.Query(`INSERT INTO {p}sessions (app, conversation, user_id, state, version, event_count, created_at, updated_at)
+			VALUES ($1, $2, $3, $4, 0, 0, $5, $5)
+			ON CONFLICT (app, conversation) DO NOTHING
+			RETURNING id`),
+		owner: d.Query(`SELECT user_id, version FROM {p}sessions WHERE app = $1 AND conversation = $2`),
+		// The version check and bump in one statement: on PostgreSQL a concurrent appender
+		// waits for this row's lock and then finds the version moved on; on SQLite the
+		// transaction already holds the write lock.
+		bump: d.Query(`UPDATE {p}sessions
+			SET version = version + 1, event_count = event_count + $5,
+				state = CASE WHEN $6 THEN $7 ELSE state END, updated_at = $8
+			WHERE app = $1 AND conversation = $2 AND user_id = $3 AND version = $4
+			RETURNING id, version, event_count`),
+		turn: d.Query(`SELECT seq, event_id, request_id, author, body, data, at
+			FROM {p}events WHERE session_id = $1 AND request_id = $2 ORDER BY idx`),
+		findTurn: d.Query(`SELECT s.user_id, e.seq, e.event_id, e.request_id, e.author, e.body, e.data, e.at
+			FROM {p}sessions s
+			LEFT JOIN {p}events e ON e.session_id = s.id AND s.user_id = $3 AND e.request_id = $4
+			WHERE s.app = $1 AND s.conversation = $2
+			ORDER BY e.idx`),
+		deleteSession: d.Query(`DELETE FROM {p}sessions WHERE app = $1 AND conversation = $2 AND user_id = $3 RETURNING id`),
+		deleteEvents:  d.Query(`DELETE FROM {p}events WHERE session_id = $1`),
+		insertEvents: func(n int) string {
+			q := []byte(`INSERT INTO {p}events (session_id, seq, request_id, idx, event_id, author, body, data, at) VALUES `)
+			for i := range n {
+				if i > 0 {
+					q = append(q, ", "...)
+				}
+				q = append(q, '(')
+				for c := range eventCols {
+					if c > 0 {
+						q = append(q, ", "...)
+					}
+					q = append(q, '$')
+					q = strconv.AppendInt(q, int64(i*eventCols+c+1), 10)
+				}
+				q = append(q, ')')
+			}
+			return d.Query(string(q))
+		},
+	}
+}

@@ -1,0 +1,120 @@
+// Package sqlsession is a session.Store on a SQL database: PostgreSQL (through
+// github.com/jackc/pgx/v5/stdlib or another database/sql driver) or SQLite (through
+// modernc.org/sqlite, pure Go). One code path serves both; what differs lives in
+// internal/sqldialect.
+//
+// # Setup
+//
+//	db, err := sql.Open("pgx", "postgres://...")          // or sql.Open("sqlite", dsn)
+//	store, err := sqlsession.New(db, sqlsession.PostgreSQL, sqlsession.Options{})
+//	err = store.Migrate(ctx)                                // once at start-up; safe to race
+//
+// SQLite wants a busy timeout, so that writers queue for the database's single write lock
+// instead of failing with SQLITE_BUSY, and WAL, so that readers do not wait for writers.
+// modernc.org/sqlite takes both in the DSN as _pragma parameters:
+//
+//	file:/var/lib/app/turnstile.db?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)
+//
+// An in-memory SQLite database lives per connection, and database/sql opens several: use a
+// named shared-cache database, "file:NAME?mode=memory&cache=shared&_pragma=busy_timeout(5000)",
+// and keep one connection open for the life of the store (the database disappears with its
+// last connection: leave db.SetConnMaxIdleTime and SetConnMaxLifetime at zero), or limit the
+// pool to one connection with db.SetMaxOpenConns(1).
+//
+// # Schema
+//
+// Migrate creates two tables (names start with Options.TablePrefix, "turnstile_" by default)
+// and records its version in PREFIX+"schema_version":
+//
+//   - sessions: one row per (app, conversation), unique, with the owner (user_id), the state,
+//     version and event_count, and a generated id.
+//   - events: one row per event, keyed by (session_id, seq), with a unique (session_id,
+//     request_id, idx) that makes a turn's events unique per request.
+//
+// State and event data are stored as bytes (bytea, BLOB), exactly as given; times as
+// timestamptz on PostgreSQL and Unix microseconds on SQLite, so they keep microseconds.
+//
+// # Errors
+//
+// Contract errors are the session package's sentinels. Infrastructure failures (a lost or
+// refused connection, a PostgreSQL serialization failure or deadlock, a busy SQLite database)
+// come back wrapped in an error that satisfies interface{ Retryable() bool }, so the caller
+// can retry them without counting a failed attempt. Other database errors are wrapped as they
+// are.
+package sqlsession
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/turnstile-go/turnstile/internal/sqldialect"
+	"github.com/turnstile-go/turnstile/session"
+)
+
+// Dialect names the database behind the *sql.DB: PostgreSQL or SQLite.
+type Dialect = sqldialect.Name
+
+const (
+	// PostgreSQL: any database/sql driver whose errors expose SQLState() string; turnstile
+	// tests github.com/jackc/pgx/v5/stdlib (driver name "pgx"). PostgreSQL 12 or later.
+	PostgreSQL = sqldialect.PostgreSQL
+	// SQLite: modernc.org/sqlite (driver name "sqlite"), SQLite 3.35 or later (RETURNING).
+	SQLite = sqldialect.SQLite
+)
+
+// DefaultTablePrefix is the table prefix used when Options.TablePrefix is empty.
+const DefaultTablePrefix = sqldialect.DefaultPrefix
+
+// Options configures a Store. The zero value is ready to use.
+type Options struct {
+	// TablePrefix starts the name of every table and index the store uses, so that several
+	// stores (or several applications) can share one database or schema. Letters, digits and
+	// underscores, not starting with a digit, at most 32 bytes. Default DefaultTablePrefix.
+	// A Store and an inbox/sqlinbox Inbox with the same prefix share the version table.
+	TablePrefix string
+}
+
+// Store is a session.Store on PostgreSQL or SQLite. It is safe for concurrent use by many
+// goroutines and processes; build one with New and run Migrate before the first call.
+type Store struct {
+	db *sql.DB
+	d  *sqldialect.Dialect
+	q  queries
+
+	// afterUpdateHook, when set (tests only), runs inside Append's transaction right after the
+	// version bump, with the transaction.
+	afterUpdateHook func(ctx context.Context, tx sqldialect.Querier)
+}
+
+var _ session.Store = (*Store)(nil)
+
+// component names the session store's schema in the version table.
+const component = "sessions"
+
+// New returns a Store on db. It does not touch the database; call Migrate for the schema.
+// Errors: a nil db, an unknown dialect, or an invalid Options.TablePrefix.
+func New(db *sql.DB, dialect Dialect, opts Options) (*Store, error) {
+	if db == nil {
+		return nil, errors.New("sqlsession: nil *sql.DB")
+	}
+	d, err := sqldialect.For(dialect, opts.TablePrefix)
+	if err != nil {
+		return nil, fmt.Errorf("sqlsession: %w", err)
+	}
+	return &Store{db: db, d: d, q: buildQueries(d)}, nil
+}
+
+// Migrate creates or upgrades the store's tables to this code's schema version. It is
+// idempotent and safe to run from several processes at once: they take turns, and all but
+// the first find nothing to do (see the Schema section of the package doc).
+func (s *Store) Migrate(ctx context.Context) error {
+	if err := s.d.Migrate(ctx, s.db, component, migrations); err != nil {
+		return fmt.Errorf("sqlsession: %w", err)
+	}
+	return nil
+}
+
+// TablePrefix returns the table prefix in use.
+func (s *Store) TablePrefix() string { return s.d.Prefix() }
