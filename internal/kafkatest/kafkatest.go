@@ -1,0 +1,389 @@
+// Package kafkatest is the Kafka harness of turnstile's tests.
+//
+// [Start] gives a test a cluster: by default an in-process kfake cluster
+// (github.com/twmb/franz-go/pkg/kfake) that sarama reaches over TCP on
+// 127.0.0.1, or, when the environment variable TURNSTILE_KAFKA_BROKERS holds
+// a comma separated list of host:port, a real cluster. Tests are written the
+// same way for both: they create their topics with [Cluster.CreateTopic] and
+// name groups and transactional ids with [Cluster.Unique], so that parallel
+// tests and repeated runs never share state on a real cluster.
+//
+// The helpers fail the test (t.Fatalf) on error, so call them from the test's
+// own goroutine, never from a goroutine it started.
+//
+// A test that needs a service it cannot find skips with the reason; under CI
+// (CI=true) it fails instead. kfake is always available, so this concerns a
+// TURNSTILE_KAFKA_BROKERS that cannot be reached and a missing kcat binary.
+package kafkatest
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// Environment variables read by [Start].
+const (
+	// EnvBrokers names a real cluster to use instead of kfake: a comma
+	// separated list of host:port (plaintext, no authentication).
+	EnvBrokers = "TURNSTILE_KAFKA_BROKERS"
+	// EnvVersion optionally overrides the Kafka protocol version sarama is
+	// told to speak (sarama.ParseKafkaVersion syntax, e.g. "3.7.0").
+	EnvVersion = "TURNSTILE_KAFKA_VERSION"
+	// EnvDebug, when non-empty, sends kfake's warnings and sarama's log to
+	// stderr. sarama's logger is global, so this applies to the whole binary.
+	EnvDebug = "TURNSTILE_KAFKA_DEBUG"
+)
+
+// DefaultVersion is the Kafka protocol version [Cluster.Config] sets. kfake
+// serves the APIs of Kafka 4.x but refuses the oldest request versions
+// (Produce < v3, Fetch < v4); sarama at 3.6 speaks versions kfake accepts,
+// has cooperative rebalancing (>= 2.4), idempotence and transactions with
+// KIP-447 group metadata (>= 2.5).
+var DefaultVersion = sarama.V3_6_0_0
+
+// Options configure [Start]. The zero value is a good default.
+type Options struct {
+	// Brokers is the number of in-process kfake brokers, 1 to 5; 0 means 3.
+	// Ignored for a real cluster.
+	Brokers int
+
+	// SessionTimeout is the consumer group session timeout that
+	// [Cluster.Config] sets; 0 means 1s on kfake and 10s on a real cluster
+	// (whose brokers refuse less than group.min.session.timeout.ms, 6s by
+	// default). Heartbeats are sent every SessionTimeout/10.
+	SessionTimeout time.Duration
+
+	// RebalanceTimeout is the consumer group rebalance timeout that
+	// [Cluster.Config] sets: how long the coordinator waits for members to
+	// rejoin and how long sarama waits for a revoked claim's ConsumeClaim
+	// to return; 0 means 5s.
+	RebalanceTimeout time.Duration
+}
+
+// Cluster is a Kafka cluster for one test. It closes, with everything the
+// harness opened on it, when the test that started it ends.
+type Cluster struct {
+	brokers []string
+	fake    *kfake.Cluster // nil for a real cluster
+	version sarama.KafkaVersion
+
+	sessionTimeout   time.Duration
+	rebalanceTimeout time.Duration
+
+	admin   sarama.ClusterAdmin
+	mu      sync.Mutex // guards created
+	created []string   // topics to delete at cleanup on a real cluster
+
+	prodMu   sync.Mutex
+	producer sarama.SyncProducer
+	prodErr  error
+}
+
+var debugOnce sync.Once
+
+// Start returns a cluster for t, closed by t.Cleanup. With
+// TURNSTILE_KAFKA_BROKERS set it connects to that cluster (skipping the
+// test, or failing it under CI=true, when the brokers cannot be reached);
+// otherwise it starts kfake on 127.0.0.1 with opts.Brokers brokers and a
+// group minimum session timeout low enough for fast group tests.
+func Start(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	debug := os.Getenv(EnvDebug) != ""
+	if debug {
+		debugOnce.Do(func() {
+			sarama.Logger = logWriter{}
+		})
+	}
+
+	c := &Cluster{
+		version:          DefaultVersion,
+		sessionTimeout:   opts.SessionTimeout,
+		rebalanceTimeout: opts.RebalanceTimeout,
+	}
+	if c.rebalanceTimeout <= 0 {
+		c.rebalanceTimeout = 5 * time.Second
+	}
+	if v := os.Getenv(EnvVersion); v != "" {
+		parsed, err := sarama.ParseKafkaVersion(v)
+		if err != nil {
+			t.Fatalf("kafkatest: %s=%q: %v", EnvVersion, v, err)
+		}
+		c.version = parsed
+	}
+
+	if env := strings.TrimSpace(os.Getenv(EnvBrokers)); env != "" {
+		for _, b := range strings.Split(env, ",") {
+			if b = strings.TrimSpace(b); b != "" {
+				c.brokers = append(c.brokers, b)
+			}
+		}
+		if len(c.brokers) == 0 {
+			t.Fatalf("kafkatest: %s=%q names no broker", EnvBrokers, env)
+		}
+		if c.sessionTimeout <= 0 {
+			c.sessionTimeout = 10 * time.Second
+		}
+	} else {
+		n := opts.Brokers
+		if n == 0 {
+			n = 3
+		}
+		if n < 1 || n > 5 {
+			t.Fatalf("kafkatest: Options.Brokers = %d, want 1 to 5", opts.Brokers)
+		}
+		if c.sessionTimeout <= 0 {
+			c.sessionTimeout = time.Second
+		}
+		kopts := []kfake.Opt{
+			// Each broker listens on 127.0.0.1 on a free port.
+			kfake.NumBrokers(n),
+			// Classic groups refuse a JoinGroup whose session timeout is
+			// below this; the default is 6s, like a real broker.
+			kfake.GroupMinSessionTimeout(10 * time.Millisecond),
+			// kfake does not auto create topics (AllowAutoTopicCreation
+			// is off): a topic name with a typo fails instead.
+		}
+		if debug {
+			kopts = append(kopts, kfake.WithLogger(kfake.BasicLogger(os.Stderr, kfake.LogLevelWarn)))
+		}
+		fake, err := kfake.NewCluster(kopts...)
+		if err != nil {
+			t.Fatalf("kafkatest: start kfake: %v", err)
+		}
+		c.fake = fake
+		c.brokers = fake.ListenAddrs()
+	}
+
+	admin, err := sarama.NewClusterAdmin(c.brokers, c.Config())
+	if err != nil {
+		if c.fake != nil {
+			c.fake.Close()
+			t.Fatalf("kafkatest: connect to kfake at %v: %v", c.brokers, err)
+		}
+		missing(t, "kafkatest: cannot reach %s=%s: %v", EnvBrokers, strings.Join(c.brokers, ","), err)
+		return nil // unreachable: missing ends the test
+	}
+	c.admin = admin
+	t.Cleanup(func() { c.close(t) })
+	return c
+}
+
+func (c *Cluster) close(t testing.TB) {
+	c.prodMu.Lock()
+	if c.producer != nil {
+		if err := c.producer.Close(); err != nil {
+			t.Logf("kafkatest: close producer: %v", err)
+		}
+		c.producer = nil
+	}
+	c.prodMu.Unlock()
+
+	c.mu.Lock()
+	created := c.created
+	c.created = nil
+	c.mu.Unlock()
+	for _, topic := range created {
+		if err := c.admin.DeleteTopic(topic); err != nil {
+			t.Logf("kafkatest: delete topic %q: %v", topic, err)
+		}
+	}
+	if err := c.admin.Close(); err != nil {
+		t.Logf("kafkatest: close admin: %v", err)
+	}
+	if c.fake != nil {
+		c.fake.Close()
+	}
+}
+
+// Brokers returns the bootstrap addresses (host:port) of the cluster. The
+// slice is a copy.
+func (c *Cluster) Brokers() []string {
+	return append([]string(nil), c.brokers...)
+}
+
+// Fake returns the kfake cluster behind c, for tests that inject faults or
+// move partitions, or nil when c is a real cluster (such a test should skip).
+func (c *Cluster) Fake() *kfake.Cluster { return c.fake }
+
+// Version returns the protocol version [Cluster.Config] sets.
+func (c *Cluster) Version() sarama.KafkaVersion { return c.version }
+
+// SessionTimeout returns the consumer group session timeout that
+// [Cluster.Config] sets.
+func (c *Cluster) SessionTimeout() time.Duration { return c.sessionTimeout }
+
+var validName = regexp.MustCompile(`^[a-zA-Z0-9._-]+$`)
+
+// Unique returns prefix followed by a dash and 8 random hex digits: a topic
+// name, group id or transactional id that no other test or earlier run
+// uses. prefix must be 1 to 200 of [a-zA-Z0-9._-]; otherwise Unique returns
+// a name built from "invalid" so that the broker, not a panic, reports it.
+func (c *Cluster) Unique(prefix string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand documents it)
+	if len(prefix) == 0 || len(prefix) > 200 || !validName.MatchString(prefix) {
+		prefix = "invalid"
+	}
+	return prefix + "-" + hex.EncodeToString(b[:])
+}
+
+// CreateTopic creates a topic named [Cluster.Unique](name) with the given
+// number of partitions (1 to 10000) and returns its name; tests must use
+// the returned name. It waits until every partition has a leader in the
+// metadata, and fails the test on a bad name, a bad partition count or a
+// broker error. On a real cluster the topic is deleted when the test ends
+// (errors are logged, not failed).
+func (c *Cluster) CreateTopic(t testing.TB, name string, partitions int32) string {
+	t.Helper()
+	if name == "" || len(name) > 200 || !validName.MatchString(name) {
+		t.Fatalf("kafkatest: CreateTopic(%q): a name is 1 to 200 of [a-zA-Z0-9._-]", name)
+	}
+	if partitions < 1 || partitions > 10000 {
+		t.Fatalf("kafkatest: CreateTopic(%q, %d): partitions must be 1 to 10000", name, partitions)
+	}
+	topic := c.Unique(name)
+	detail := &sarama.TopicDetail{NumPartitions: partitions, ReplicationFactor: -1}
+	if err := c.admin.CreateTopic(topic, detail, false); err != nil {
+		t.Fatalf("kafkatest: create topic %q with %d partitions: %v", topic, partitions, err)
+	}
+	if c.fake == nil {
+		c.mu.Lock()
+		c.created = append(c.created, topic)
+		c.mu.Unlock()
+	}
+
+	// A real cluster publishes a new topic's metadata a little later.
+	client, err := sarama.NewClient(c.brokers, c.Config())
+	if err != nil {
+		t.Fatalf("kafkatest: client for %q: %v", topic, err)
+	}
+	defer client.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err = topicReady(client, topic, partitions)
+		if err == nil {
+			return topic
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kafkatest: topic %q not ready after 30s: %v", topic, err)
+		}
+		time.Sleep(50 * time.Millisecond) // poll interval, not an assertion
+	}
+}
+
+func topicReady(client sarama.Client, topic string, partitions int32) error {
+	if err := client.RefreshMetadata(topic); err != nil {
+		return err
+	}
+	ps, err := client.Partitions(topic)
+	if err != nil {
+		return err
+	}
+	if int32(len(ps)) != partitions {
+		return fmt.Errorf("%d of %d partitions in metadata", len(ps), partitions)
+	}
+	for _, p := range ps {
+		if _, err := client.Leader(topic, p); err != nil {
+			return fmt.Errorf("partition %d: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// Config returns a new sarama configuration for a test client of c: the
+// protocol version, manual commits (Consumer.Offsets.AutoCommit.Enable =
+// false), reading from the oldest offset when the group has no committed
+// offset, the cooperative-sticky strategy, and short group and retry
+// timings (session timeout [Cluster.SessionTimeout], heartbeat every tenth
+// of it, rebalance timeout from [Options], 100ms fetch wait and rebalance
+// retry backoff). Producer.Return.Successes is on so the config serves a
+// SyncProducer too.
+//
+// Consumer.MaxWaitTime (the fetch long poll) also bounds commit latency: a
+// commit to a broker that is holding a fetch of the same client waits
+// behind it, up to about twice MaxWaitTime (measured on kfake: 100ms gives
+// commits of at most ~200ms, sarama's default 500ms up to ~1s).
+//
+// Every call returns a fresh config with its own balance strategy object:
+// give each group member its own Config (the cooperative-sticky strategy
+// keeps per-member state), and do not share a consumer's config with a
+// producer.
+func (c *Cluster) Config() *sarama.Config {
+	cfg := sarama.NewConfig()
+	cfg.Version = c.version
+	cfg.ClientID = "turnstile-test"
+	cfg.Net.DialTimeout = 10 * time.Second
+	cfg.Net.ReadTimeout = 30 * time.Second
+	cfg.Net.WriteTimeout = 10 * time.Second
+	cfg.Metadata.Retry.Max = 10
+	cfg.Metadata.Retry.Backoff = 50 * time.Millisecond
+
+	cfg.Producer.Return.Successes = true
+	cfg.Producer.Retry.Backoff = 50 * time.Millisecond
+
+	cfg.Consumer.Offsets.Initial = sarama.OffsetOldest
+	cfg.Consumer.Offsets.AutoCommit.Enable = false
+	cfg.Consumer.MaxWaitTime = 100 * time.Millisecond
+	cfg.Consumer.Retry.Backoff = 100 * time.Millisecond
+	cfg.Consumer.Group.Session.Timeout = c.sessionTimeout
+	cfg.Consumer.Group.Heartbeat.Interval = max(c.sessionTimeout/10, 10*time.Millisecond)
+	cfg.Consumer.Group.Rebalance.Timeout = c.rebalanceTimeout
+	cfg.Consumer.Group.Rebalance.Retry.Backoff = 100 * time.Millisecond
+	cfg.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{
+		sarama.NewBalanceStrategyCooperativeSticky(),
+	}
+	return cfg
+}
+
+// ProducerConfig returns [Cluster.Config] set up as the project's producers
+// are: idempotent (Idempotent, RequiredAcks = WaitForAll,
+// Net.MaxOpenRequests = 1) and placing keyed records where a Java producer
+// would (sarama.NewMurmur2Partitioner).
+func (c *Cluster) ProducerConfig() *sarama.Config {
+	cfg := c.Config()
+	cfg.Producer.Idempotent = true
+	cfg.Producer.RequiredAcks = sarama.WaitForAll
+	cfg.Net.MaxOpenRequests = 1
+	cfg.Producer.Retry.Max = 10
+	cfg.Producer.Partitioner = sarama.NewMurmur2Partitioner
+	return cfg
+}
+
+// TransactionalConfig returns [Cluster.ProducerConfig] with
+// Producer.Transaction.ID set to id and a 50ms transaction retry backoff.
+// An empty id means a fresh [Cluster.Unique]("txn"). Two producers given the
+// same id fence each other, which is how a test builds a zombie.
+func (c *Cluster) TransactionalConfig(id string) *sarama.Config {
+	if id == "" {
+		id = c.Unique("txn")
+	}
+	cfg := c.ProducerConfig()
+	cfg.Producer.Transaction.ID = id
+	cfg.Producer.Transaction.Retry.Backoff = 50 * time.Millisecond
+	return cfg
+}
+
+// missing skips t with the reason, or fails it when CI=true.
+func missing(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf(format+" (CI=true: a missing service fails the test)", args...)
+	}
+	t.Skipf(format, args...)
+}
+
+type logWriter struct{}
+
+func (logWriter) Print(v ...any)                 { fmt.Fprint(os.Stderr, v...) }
+func (logWriter) Printf(format string, v ...any) { fmt.Fprintf(os.Stderr, format, v...) }
+func (logWriter) Println(v ...any)               { fmt.Fprintln(os.Stderr, v...) }

@@ -1,0 +1,53 @@
+package kafkatest
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// KcatTimeout bounds one kcat run.
+const KcatTimeout = 30 * time.Second
+
+// Kcat runs the kcat binary (Debian package kcat) with args and no input,
+// and returns its standard output. Pass the brokers yourself:
+// "-b", c.BrokerList(). When kcat is not on PATH the test is
+// skipped, or failed under CI=true; a non-zero exit or a run longer than
+// [KcatTimeout] fails the test with kcat's standard error.
+func Kcat(t testing.TB, args ...string) string {
+	t.Helper()
+	return KcatInput(t, nil, args...)
+}
+
+// KcatInput is [Kcat] with stdin as kcat's standard input, which is what
+// kcat -P reads records from (one per line by default).
+func KcatInput(t testing.TB, stdin []byte, args ...string) string {
+	t.Helper()
+	path, err := exec.LookPath("kcat")
+	if err != nil {
+		missing(t, "kafkatest: kcat not found on PATH (apt-get install kcat): %v", err)
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), KcatTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.Stdin = bytes.NewReader(stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout = &stdout
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("kafkatest: kcat %s: no exit within %v; stderr: %s", strings.Join(args, " "), KcatTimeout, stderr.String())
+	}
+	if err != nil {
+		t.Fatalf("kafkatest: kcat %s: %v; stderr: %s", strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.String()
+}
+
+// BrokerList returns [Cluster.Brokers] joined by commas, the form kcat's -b
+// and most command line clients take.
+func (c *Cluster) BrokerList() string { return strings.Join(c.brokers, ",") }
