@@ -93,6 +93,9 @@ type Result struct {
 	// Replayed is true when the result came from the inbox (the request was done before)
 	// rather than from running the turn. It is not part of the JSON envelope.
 	Replayed bool `json:"-"`
+	// Attempt is the attempt count of the inbox when this Run produced or replayed the result
+	// (the results' "attempt" header). It is not part of the JSON envelope.
+	Attempt int `json:"-"`
 }
 
 // DecodeError says which field of an envelope is wrong and why.

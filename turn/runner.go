@@ -134,7 +134,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
 		if err != nil {
 			return Result{}, r.deadLetter(ctx, req, entry.Attempts, "stored result unreadable", Permanent(err))
 		}
-		res.Replayed = true
+		res.Replayed, res.Attempt = true, entry.Attempts
 		return res, nil
 	case entry.Status == inbox.StatusDead:
 		return Result{}, &DeadLetterError{RequestID: req.ID, Reason: entry.Reason, Attempts: entry.Attempts}
@@ -150,6 +150,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
 	if err != nil {
 		return Result{}, r.failed(ctx, req, entry.Attempts, err)
 	}
+	res.Attempt = entry.Attempts
 	return res, nil
 }
 

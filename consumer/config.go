@@ -1,0 +1,204 @@
+package consumer
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/turnstile-go/turnstile/turn"
+)
+
+// Defaults applied by Config to zero fields.
+const (
+	DefaultMaxAttempts     = turn.DefaultMaxAttempts
+	DefaultRevokeGrace     = 5 * time.Second
+	DefaultShutdownTimeout = 30 * time.Second
+	DefaultMaxInFlight     = 64
+	DefaultMaxBuffered     = 64
+	DefaultCommitInterval  = time.Second
+	DefaultRetryBackoff    = 200 * time.Millisecond
+	DefaultMaxRetryBackoff = 10 * time.Second
+	DefaultMaxPause        = time.Minute
+)
+
+// Config configures a Consumer. Brokers, GroupID, RequestsTopic and DeadLetterTopic are
+// required; every other field has a default, applied by New.
+type Config struct {
+	// Brokers are the bootstrap brokers, "host:port".
+	Brokers []string
+	// GroupID is the consumer group; all members of one service share it.
+	GroupID string
+	// RequestsTopic is the topic of request records, keyed by conversation id.
+	RequestsTopic string
+	// ResultsTopic receives one result record per completed request, keyed like the request.
+	// Required unless the Handler publishes nothing (the Temporal bridge).
+	ResultsTopic string
+	// DeadLetterTopic receives the records that cannot be served, with the reason in headers.
+	DeadLetterTopic string
+
+	// MaxAttempts bounds the attempts of a request whose turn keeps failing before it is
+	// dead-lettered. The Runner counts attempts in the inbox, across members and crashes; the
+	// consumer counts the failed attempts it sees too, as a backstop for handlers without an
+	// inbox. Give the Runner the same number. Default DefaultMaxAttempts.
+	MaxAttempts int
+	// TurnTimeout, when set, bounds each call of the Handler (the Runner has its own
+	// whole-turn deadline). A Handler call that runs past it fails its attempt.
+	TurnTimeout time.Duration
+	// RevokeGrace is how long the turn in flight on a revoked partition may run before it is
+	// cancelled; what finishes in time is published and committed, the rest is redone by the
+	// new owner. It must be shorter than the group's rebalance timeout
+	// (Consumer.Group.Rebalance.Timeout, 60 s by default), or the member is expelled.
+	// Default DefaultRevokeGrace.
+	RevokeGrace time.Duration
+	// ShutdownTimeout is how long Run drains in-flight turns after its context ends before it
+	// cancels them, commits what finished and closes. Default DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
+	// MaxInFlight bounds the turns running at once across all partitions (G6).
+	// Default DefaultMaxInFlight.
+	MaxInFlight int
+	// MaxBuffered bounds the records held per partition before the partition is paused (G6);
+	// a fetch already in flight may add one fetch's worth (Consumer.Fetch.Default bytes).
+	// Default DefaultMaxBuffered.
+	MaxBuffered int
+	// CommitInterval is how often marked offsets are committed; they are also committed on
+	// revoke and on shutdown. Default DefaultCommitInterval.
+	CommitInterval time.Duration
+	// RetryBackoff and MaxRetryBackoff shape the capped exponential backoff (with jitter)
+	// between attempts of a failing turn and between retries of a failed publish.
+	// Defaults DefaultRetryBackoff and DefaultMaxRetryBackoff.
+	RetryBackoff    time.Duration
+	MaxRetryBackoff time.Duration
+	// MaxPause caps the pause of all partitions after repeated rate limits. Default DefaultMaxPause.
+	MaxPause time.Duration
+	// Decoder validates request records; its zero value applies turn's default limits.
+	Decoder turn.Decoder
+
+	// Sarama is the configuration to start from for the consumer group's client; nil means
+	// sarama.NewConfig() with Version sarama.V2_4_0_0 or later. New copies it and overrides
+	// what turnstile's guarantees rest on: manual commits (AutoCommit off), Return.Errors,
+	// and the cooperative-sticky strategy (KIP-429) unless GroupStrategies names a strategy
+	// other than sarama's default range. The producer
+	// gets its own copy (sharing one config between the group and an idempotent producer makes
+	// commits slow), with Idempotent, RequiredAcks=WaitForAll, Net.MaxOpenRequests=1, and
+	// turnstile's partitioner.
+	Sarama *sarama.Config
+	// Logger receives the consumer's logs, with request id, conversation id, topic,
+	// partition and offset on every line about a record. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	def := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = DefaultMaxAttempts
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.MaxBuffered == 0 {
+		c.MaxBuffered = DefaultMaxBuffered
+	}
+	def(&c.RevokeGrace, DefaultRevokeGrace)
+	def(&c.ShutdownTimeout, DefaultShutdownTimeout)
+	def(&c.CommitInterval, DefaultCommitInterval)
+	def(&c.RetryBackoff, DefaultRetryBackoff)
+	def(&c.MaxRetryBackoff, DefaultMaxRetryBackoff)
+	def(&c.MaxPause, DefaultMaxPause)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports the first field that is missing or out of range, by name.
+func (c *Config) Validate() error {
+	var errs []error
+	if len(c.Brokers) == 0 {
+		errs = append(errs, errors.New("Brokers: empty"))
+	}
+	for name, v := range map[string]string{"GroupID": c.GroupID, "RequestsTopic": c.RequestsTopic, "DeadLetterTopic": c.DeadLetterTopic} {
+		if v == "" {
+			errs = append(errs, fmt.Errorf("%s: empty", name))
+		}
+	}
+	if c.RequestsTopic != "" && (c.RequestsTopic == c.ResultsTopic || c.RequestsTopic == c.DeadLetterTopic) {
+		errs = append(errs, errors.New("RequestsTopic: must differ from ResultsTopic and DeadLetterTopic"))
+	}
+	for name, v := range map[string]int{"MaxAttempts": c.MaxAttempts, "MaxInFlight": c.MaxInFlight, "MaxBuffered": c.MaxBuffered} {
+		if v < 0 {
+			errs = append(errs, fmt.Errorf("%s: negative (%d)", name, v))
+		}
+	}
+	for name, v := range map[string]time.Duration{
+		"TurnTimeout": c.TurnTimeout, "RevokeGrace": c.RevokeGrace, "ShutdownTimeout": c.ShutdownTimeout,
+		"CommitInterval": c.CommitInterval, "RetryBackoff": c.RetryBackoff, "MaxRetryBackoff": c.MaxRetryBackoff, "MaxPause": c.MaxPause,
+	} {
+		if v < 0 {
+			errs = append(errs, fmt.Errorf("%s: negative (%s)", name, v))
+		}
+	}
+	if c.Sarama != nil {
+		if err := c.Sarama.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("Sarama: %w", err))
+		}
+		if c.RevokeGrace > 0 && c.RevokeGrace >= c.Sarama.Consumer.Group.Rebalance.Timeout {
+			errs = append(errs, fmt.Errorf("RevokeGrace: %s is not shorter than Sarama.Consumer.Group.Rebalance.Timeout (%s)",
+				c.RevokeGrace, c.Sarama.Consumer.Group.Rebalance.Timeout))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("consumer: invalid Config: %w", err)
+	}
+	return nil
+}
+
+// groupConfig returns the consumer group's sarama config.
+func (c *Config) groupConfig() *sarama.Config {
+	sc := c.base()
+	sc.Consumer.Offsets.AutoCommit.Enable = false // commits follow durable outcomes (G2)
+	sc.Consumer.Return.Errors = true
+	if sc.Consumer.Offsets.Initial == 0 {
+		sc.Consumer.Offsets.Initial = sarama.OffsetOldest
+	}
+	strategies := sc.Consumer.Group.Rebalance.GroupStrategies
+	if len(strategies) == 0 || (len(strategies) == 1 && (strategies[0].Name() == sarama.RangeBalanceStrategyName ||
+		strategies[0].Name() == sarama.CooperativeStickyBalanceStrategyName)) {
+		// sarama's default (range) or cooperative-sticky: a fresh cooperative-sticky object,
+		// since that strategy keeps per-member state and must not be shared.
+		sc.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyCooperativeSticky()}
+	}
+	return sc
+}
+
+// producerConfig returns the results and dead-letter producer's sarama config.
+func (c *Config) producerConfig(partitioner sarama.PartitionerConstructor) *sarama.Config {
+	sc := c.base()
+	sc.Producer.Idempotent = true
+	sc.Producer.RequiredAcks = sarama.WaitForAll
+	sc.Net.MaxOpenRequests = 1
+	sc.Producer.Return.Successes = true
+	sc.Producer.Return.Errors = true
+	sc.Producer.Partitioner = partitioner
+	if sc.Producer.Retry.Max < 5 {
+		sc.Producer.Retry.Max = 5
+	}
+	return sc
+}
+
+// base returns a copy of the user's sarama config, or a default one.
+func (c *Config) base() *sarama.Config {
+	if c.Sarama == nil {
+		sc := sarama.NewConfig()
+		sc.Version = sarama.V3_6_0_0
+		sc.ClientID = "turnstile"
+		return sc
+	}
+	cp := *c.Sarama
+	return &cp
+}

@@ -1,0 +1,262 @@
+// Package consumer is turnstile's Kafka consumer: a sarama consumer group that runs each
+// request record as a turn, in order per partition, publishes its result, dead-letters what
+// cannot be served, and commits an offset only after the record's outcome is durable.
+//
+// # Guarantees and how they are kept
+//
+//   - Order (G1): each claimed partition has one lane that runs its records one at a time, in
+//     offset order; partitions run concurrently, up to Config.MaxInFlight turns.
+//   - No loss (G2): auto-commit is off. A record's offset is marked only after its result (or
+//     dead letter) was acknowledged by all in-sync replicas, and marks are committed every
+//     Config.CommitInterval, when a partition is revoked and on shutdown. The committed offset
+//     is the next one to read, so a crash anywhere means redelivery, never a gap.
+//   - Effectively once (G3): the Handler (turn.Runner) dedups by request id; results carry the
+//     request id in a header for readers that dedup; the producer is idempotent.
+//   - No stall (G5): a failing record is retried with backoff up to Config.MaxAttempts, counted
+//     in the inbox across members and crashes, then dead-lettered with the reason in headers.
+//     Records that do not decode are dead-lettered at once.
+//   - Bounded (G6): records buffered per partition are capped (the partition is paused beyond
+//     Config.MaxBuffered), turns in flight are capped, and a rate-limited model pauses every
+//     partition instead of failing turns.
+//
+// # Rebalances
+//
+// The group uses the cooperative-sticky strategy (KIP-429): a rebalance moves only the
+// partitions that must move, and sarama tells a revoked claim by closing its Messages channel.
+// The lane then takes no new record; the turn in flight gets Config.RevokeGrace to finish
+// (and is published and committed if it does) before it is cancelled; offsets are committed
+// before ConsumeClaim returns, because sarama does not commit marks of a revoked partition
+// when auto-commit is off. A turn that finishes after that is neither published nor committed:
+// the partition's new owner redoes it, and the session's expected version fences the late
+// writer (DESIGN.md, "zombie").
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// abandonWait is how long a revoked lane's ConsumeClaim waits, after cancelling the turn in
+// flight, for the turn to notice; a Handler that ignores cancellation is left behind, and
+// whatever it returns is dropped.
+const abandonWait = time.Second
+
+// Consumer runs turns from a requests topic. Create it with New and call Run once.
+type Consumer struct {
+	cfg   Config
+	h     Handler
+	log   *slog.Logger
+	sem   chan struct{}
+	stats counters
+
+	running atomic.Bool
+	// Set by Run before the group starts, read by lanes.
+	runCtx     context.Context
+	group      sarama.ConsumerGroup
+	producer   sarama.SyncProducer
+	throttle   *throttle
+	partitions atomic.Int32 // of the requests topic
+	client     sarama.Client
+	committer  atomic.Pointer[committer] // of the current session; sessions do not overlap
+}
+
+// New validates cfg, applies its defaults and returns a Consumer that serves records with h.
+// It opens no connection; Run does. Errors name the Config field at fault.
+func New(cfg Config, h Handler) (*Consumer, error) {
+	if h == nil {
+		return nil, errors.New("consumer: nil Handler")
+	}
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Consumer{cfg: cfg, h: h, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxInFlight)}, nil
+}
+
+// Run joins the consumer group and serves records until ctx ends, then drains: the turns in
+// flight get Config.ShutdownTimeout to finish, finished ones are published and committed, the
+// rest are cancelled (and redelivered to the group later), the member leaves the group and
+// every connection closes. Run returns nil after such a shutdown, or an error when it cannot
+// start (brokers unreachable, requests topic missing). Run may be called once.
+func (c *Consumer) Run(ctx context.Context) error {
+	if !c.running.CompareAndSwap(false, true) {
+		return errors.New("consumer: Run called twice")
+	}
+	client, err := sarama.NewClient(c.cfg.Brokers, c.cfg.groupConfig())
+	if err != nil {
+		return fmt.Errorf("consumer: connect to %v: %w", c.cfg.Brokers, err)
+	}
+	defer client.Close()
+	c.client = client
+	if err := c.refreshPartitions(); err != nil {
+		return err
+	}
+	producer, err := sarama.NewSyncProducer(c.cfg.Brokers, c.cfg.producerConfig(newPartitioner))
+	if err != nil {
+		return fmt.Errorf("consumer: start producer: %w", err)
+	}
+	defer producer.Close()
+	group, err := sarama.NewConsumerGroupFromClient(c.cfg.GroupID, client)
+	if err != nil {
+		return fmt.Errorf("consumer: join group %q: %w", c.cfg.GroupID, err)
+	}
+	c.runCtx, c.group, c.producer = ctx, group, producer
+	c.throttle = newThrottle(group, c.log, time.Second, c.cfg.MaxPause)
+	defer c.throttle.stop()
+
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for err := range group.Errors() {
+			c.log.Warn("consumer group error", "group", c.cfg.GroupID, "err", err)
+		}
+	})
+	bo := newBackoff(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff)
+	for ctx.Err() == nil {
+		err := group.Consume(ctx, []string{c.cfg.RequestsTopic}, groupHandler{c})
+		if ctx.Err() != nil || errors.Is(err, sarama.ErrClosedConsumerGroup) {
+			break
+		}
+		if err != nil {
+			c.log.Warn("consumer group session ended; rejoining", "group", c.cfg.GroupID, "err", err)
+			sleep(ctx, bo.NextBackOff())
+			continue
+		}
+		bo.Reset()
+	}
+	err = group.Close() // leaves the group, so the partitions move at once
+	wg.Wait()
+	if err != nil {
+		c.log.Warn("consumer group close", "err", err)
+	}
+	return nil
+}
+
+func (c *Consumer) refreshPartitions() error {
+	parts, err := c.client.Partitions(c.cfg.RequestsTopic)
+	if err != nil {
+		return fmt.Errorf("consumer: requests topic %q: %w", c.cfg.RequestsTopic, err)
+	}
+	c.partitions.Store(int32(len(parts)))
+	return nil
+}
+
+// groupHandler is the sarama.ConsumerGroupHandler of a Consumer.
+type groupHandler struct{ c *Consumer }
+
+// committer commits a session's marks every Config.CommitInterval until Cleanup stops it.
+type committer struct {
+	stop chan struct{}
+	done chan struct{}
+}
+
+func (g groupHandler) Setup(sess sarama.ConsumerGroupSession) error {
+	if err := g.c.refreshPartitions(); err != nil {
+		g.c.log.Warn("refresh partition count", "err", err)
+	}
+	cm := &committer{stop: make(chan struct{}), done: make(chan struct{})}
+	g.c.committer.Store(cm)
+	go func() {
+		defer close(cm.done)
+		tick := time.NewTicker(g.c.cfg.CommitInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-tick.C:
+				sess.Commit()
+			case <-cm.stop:
+				return
+			case <-sess.Context().Done():
+				return
+			}
+		}
+	}()
+	g.c.log.Info("joined consumer group", "group", g.c.cfg.GroupID, "member", sess.MemberID(),
+		"generation", sess.GenerationID(), "claims", sess.Claims())
+	return nil
+}
+
+func (g groupHandler) Cleanup(sess sarama.ConsumerGroupSession) error {
+	if cm := g.c.committer.Swap(nil); cm != nil {
+		close(cm.stop)
+		<-cm.done
+	}
+	sess.Commit()
+	return nil
+}
+
+func (g groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	return g.c.consumeClaim(sess, claim)
+}
+
+// consumeClaim feeds one partition's lane until the claim is revoked or the session ends,
+// then stops the lane (see the package doc, "Rebalances") and commits.
+func (c *Consumer) consumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	l := newLane(c, sess, claim.Topic(), claim.Partition())
+	log := c.log.With("topic", l.topic, "partition", l.partition)
+	log.Debug("partition claimed", "offset", claim.InitialOffset())
+	// Turns outlive the session's context by the grace, so they do not derive from it; they
+	// keep the values of Run's context (tracing, tenant).
+	turnCtx, cancelTurns := context.WithCancel(context.WithoutCancel(c.runCtx))
+	defer cancelTurns()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		l.run(turnCtx)
+	}()
+
+	reason := "revoked"
+feed:
+	for {
+		select {
+		case msg, ok := <-claim.Messages():
+			if !ok {
+				break feed
+			}
+			l.push(msg)
+		case <-sess.Context().Done():
+			reason = "session ended"
+			break feed
+		}
+	}
+
+	l.close()
+	grace := c.cfg.RevokeGrace
+	if c.runCtx.Err() != nil {
+		reason, grace = "shutdown", c.cfg.ShutdownTimeout
+	}
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		log.Warn("turn in flight outlived the grace; cancelling it", "reason", reason, "grace", grace)
+		cancelTurns()
+		select {
+		case <-done:
+		case <-time.After(abandonWait):
+			log.Warn("handler ignores cancellation; its late outcome will be dropped")
+		}
+	}
+	l.abandon()
+	sess.Commit()
+	log.Debug("partition released", "reason", reason)
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,241 @@
+package consumer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+	"golang.org/x/net/proxy"
+
+	"github.com/turnstile-go/turnstile/consumer"
+	"github.com/turnstile-go/turnstile/inbox"
+	"github.com/turnstile-go/turnstile/internal/kafkatest"
+	"github.com/turnstile-go/turnstile/session"
+	"github.com/turnstile-go/turnstile/turn"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, kafkatest.LeakOptions()...) }
+
+// wait bounds how long a test waits for the cluster to converge; it is a deadline for a
+// stuck test, never an assertion about speed.
+const wait = 60 * time.Second
+
+// env is one test's cluster, topics and shared stores: what several members of one
+// service would share in production.
+type env struct {
+	t                         *testing.T
+	cluster                   *kafkatest.Cluster
+	requests, results, dlq    string
+	group                     string
+	sessions                  *session.MemoryStore
+	inbox                     *inbox.MemoryInbox
+	calls                     sync.Map // request id -> *atomic.Int64, model calls across members
+	requestPartitionsProduced map[string]int32
+}
+
+func setup(t *testing.T, requestPartitions, resultPartitions int32) *env {
+	t.Helper()
+	c := kafkatest.Start(t, kafkatest.Options{})
+	return &env{
+		t: t, cluster: c,
+		requests: c.CreateTopic(t, "requests", requestPartitions),
+		results:  c.CreateTopic(t, "results", resultPartitions),
+		dlq:      c.CreateTopic(t, "dlq", requestPartitions),
+		group:    c.Unique("group"),
+		sessions: session.NewMemoryStore(), inbox: inbox.NewMemoryInbox(),
+	}
+}
+
+// countCall counts a model call for the request and returns its 1-based number.
+func (e *env) countCall(id string) int64 {
+	v, _ := e.calls.LoadOrStore(id, new(atomic.Int64))
+	return v.(*atomic.Int64).Add(1)
+}
+
+func (e *env) callsOf(id string) int64 {
+	v, ok := e.calls.Load(id)
+	if !ok {
+		return 0
+	}
+	return v.(*atomic.Int64).Load()
+}
+
+func (e *env) totalCalls() (n int64) {
+	e.calls.Range(func(_, v any) bool { n += v.(*atomic.Int64).Load(); return true })
+	return n
+}
+
+// echo is the default fake model: it quotes the request and the history length.
+func echo(in turn.Input) (turn.Output, error) {
+	return turn.Output{Events: []session.Event{{Text: fmt.Sprintf("reply to %q after %d events", in.Request.Text, in.Session.EventCount)}}}, nil
+}
+
+// member is one running consumer of the group.
+type member struct {
+	c      *consumer.Consumer
+	cancel context.CancelFunc
+	done   chan error
+	dialer *cutDialer
+}
+
+type memberOpts struct {
+	model  func(ctx context.Context, in turn.Input) (turn.Output, error) // default echo
+	tune   func(cfg *consumer.Config)
+	runner func(r *turn.Runner)
+}
+
+// start runs a member of the group over the env's stores until the test ends or stop.
+func (e *env) start(o memberOpts) *member {
+	t := e.t
+	t.Helper()
+	model := o.model
+	if model == nil {
+		model = func(_ context.Context, in turn.Input) (turn.Output, error) { return echo(in) }
+	}
+	counted := turn.ModelFunc(func(ctx context.Context, in turn.Input) (turn.Output, error) {
+		e.countCall(in.Request.ID)
+		return model(ctx, in)
+	})
+	r := &turn.Runner{Model: counted, Sessions: e.sessions, Inbox: e.inbox, TurnTimeout: 30 * time.Second, Logger: testLogger(t)}
+	if o.runner != nil {
+		o.runner(r)
+	}
+	d := &cutDialer{}
+	sc := e.cluster.Config()
+	sc.Net.Proxy.Enable = true
+	sc.Net.Proxy.Dialer = d
+	cfg := consumer.Config{
+		Brokers: e.cluster.Brokers(), GroupID: e.group,
+		RequestsTopic: e.requests, ResultsTopic: e.results, DeadLetterTopic: e.dlq,
+		RevokeGrace: time.Second, ShutdownTimeout: 5 * time.Second, CommitInterval: 100 * time.Millisecond,
+		RetryBackoff: 20 * time.Millisecond, MaxRetryBackoff: 200 * time.Millisecond,
+		Sarama: sc, Logger: testLogger(t),
+	}
+	if o.tune != nil {
+		o.tune(&cfg)
+	}
+	c, err := consumer.New(cfg, consumer.RunnerHandler(r))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &member{c: c, cancel: cancel, done: make(chan error, 1), dialer: d}
+	go func() { m.done <- c.Run(ctx) }()
+	t.Cleanup(func() { m.stop(t) })
+	return m
+}
+
+// stop shuts the member down gracefully and waits for Run to return.
+func (m *member) stop(t *testing.T) {
+	t.Helper()
+	m.cancel()
+	select {
+	case err, ok := <-m.done:
+		if ok {
+			require.NoError(t, err)
+			close(m.done)
+		}
+	case <-time.After(wait):
+		t.Fatalf("member did not stop within %v", wait)
+	}
+}
+
+// crash cuts every connection of the member and refuses new ones, as if its process had
+// died: it commits nothing more, and the group expels it when its session times out.
+func (m *member) crash() { m.dialer.cut() }
+
+// cutDialer is a sarama proxy dialer whose connections a test can cut at once.
+type cutDialer struct {
+	mu    sync.Mutex
+	dead  bool
+	conns []net.Conn
+}
+
+var _ proxy.Dialer = (*cutDialer)(nil)
+
+func (d *cutDialer) Dial(network, addr string) (net.Conn, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.dead {
+		return nil, errors.New("crashed member: no network")
+	}
+	conn, err := net.DialTimeout(network, addr, 5*time.Second)
+	if err == nil {
+		d.conns = append(d.conns, conn)
+	}
+	return conn, err
+}
+
+func (d *cutDialer) cut() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.dead = true
+	for _, c := range d.conns {
+		_ = c.Close()
+	}
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	if os.Getenv("TURNSTILE_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// request builds a valid request of a conversation owned by "u-<conversation>".
+func request(conv, text string) turn.Request {
+	return turn.Request{Schema: turn.SchemaVersion, ID: uuid.NewString(), ConversationID: conv, UserID: "u-" + conv, Text: text}
+}
+
+// produce publishes requests keyed by conversation, in order.
+func (e *env) produce(reqs ...turn.Request) {
+	e.t.Helper()
+	for _, r := range reqs {
+		data, err := r.Encode()
+		require.NoError(e.t, err)
+		e.cluster.Produce(e.t, e.requests, r.ConversationID, data, nil)
+	}
+}
+
+// resultsByID reads the results topic until it holds at least n records and groups them by
+// request id.
+func (e *env) resultsByID(n int) map[string][]*sarama.ConsumerMessage {
+	e.t.Helper()
+	out := map[string][]*sarama.ConsumerMessage{}
+	for _, m := range e.cluster.ReadAll(e.t, e.results, n, wait) {
+		id := kafkatest.HeaderMap(m)[consumer.HeaderRequestID]
+		out[id] = append(out[id], m)
+	}
+	return out
+}
+
+// eventually waits for cond, polling; it fails the test after wait.
+func eventually(t *testing.T, cond func() bool, msgAndArgs ...any) {
+	t.Helper()
+	require.Eventually(t, cond, wait, 20*time.Millisecond, msgAndArgs...)
+}
+
+// history returns the texts of the user events of a conversation, in session order, and
+// how many user events each request id has.
+func (e *env) history(conv string) (texts []string, perRequest map[string]int) {
+	e.t.Helper()
+	sess, err := e.sessions.Get(context.Background(), session.Key{App: turn.DefaultApp, User: "u-" + conv, Conversation: conv}, 1<<20)
+	require.NoError(e.t, err)
+	perRequest = map[string]int{}
+	for _, ev := range sess.Events {
+		if ev.Author == "user" {
+			texts = append(texts, ev.Text)
+			perRequest[ev.RequestID]++
+		}
+	}
+	return texts, perRequest
+}

@@ -1,0 +1,63 @@
+package consumer
+
+import (
+	"strconv"
+
+	"github.com/IBM/sarama"
+)
+
+// Header names on result and dead-letter records. Values are UTF-8 text; numbers in decimal.
+const (
+	// HeaderRequestID carries the request id (results and dead letters, when known).
+	HeaderRequestID = "request-id"
+	// HeaderConversationID carries the conversation id (results and dead letters, when known).
+	HeaderConversationID = "conversation-id"
+	// HeaderAttempt carries the inbox's attempt count when the result was produced (results).
+	HeaderAttempt = "attempt"
+	// HeaderReason says in one line why a record was dead-lettered (dead letters).
+	HeaderReason = "reason"
+	// HeaderError carries the last error's text, when there was one (dead letters).
+	HeaderError = "error"
+	// HeaderAttempts carries the number of attempts spent (dead letters).
+	HeaderAttempts = "attempts"
+	// HeaderSourceTopic, HeaderSourcePartition and HeaderSourceOffset locate the original
+	// record, its own offset (dead letters).
+	HeaderSourceTopic     = "source-topic"
+	HeaderSourcePartition = "source-partition"
+	HeaderSourceOffset    = "source-offset"
+)
+
+// placement travels in ProducerMessage.Metadata from a lane to the partitioner.
+type placement struct {
+	partition  int32 // the request's partition
+	partitions int32 // the requests topic's partition count
+}
+
+// partitioner places results and dead letters: on the request's partition index when the
+// target topic has as many partitions as the requests topic (co-partitioned, whatever
+// partitioner the upstream producer used), else where a Java producer would put the key
+// (murmur2, sarama.NewMurmur2Partitioner), never on sarama's default FNV-1a hash.
+type partitioner struct{ murmur2 sarama.Partitioner }
+
+func newPartitioner(topic string) sarama.Partitioner {
+	return &partitioner{murmur2: sarama.NewMurmur2Partitioner(topic)}
+}
+
+func (p *partitioner) Partition(msg *sarama.ProducerMessage, numPartitions int32) (int32, error) {
+	if pl, ok := msg.Metadata.(placement); ok && pl.partitions == numPartitions && pl.partition < numPartitions {
+		return pl.partition, nil
+	}
+	return p.murmur2.Partition(msg, numPartitions)
+}
+
+func (p *partitioner) RequiresConsistency() bool { return true }
+
+func (p *partitioner) MessageRequiresConsistency(msg *sarama.ProducerMessage) bool {
+	return msg.Key != nil || msg.Metadata != nil
+}
+
+func header(k, v string) sarama.RecordHeader {
+	return sarama.RecordHeader{Key: []byte(k), Value: []byte(v)}
+}
+
+func itoa[T int | int32 | int64](v T) string { return strconv.FormatInt(int64(v), 10) }
