@@ -17,7 +17,7 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
-	_ "modernc.org/sqlite"              // registers the "sqlite" driver
+	_ "modernc.org/sqlite"             // registers the "sqlite" driver
 )
 
 // DefaultPostgresDSN is where the tests look for PostgreSQL when TURNSTILE_POSTGRES_DSN is unset.

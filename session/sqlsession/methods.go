@@ -142,9 +142,7 @@ func (s *Store) Append(ctx context.Context, key session.Key, expectedVersion int
 	if err != nil {
 		return session.Appended{}, s.fail("append", key, err)
 	}
-	if s.afterUpdateHook != nil {
-		s.afterUpdateHook(ctx, tx)
-	}
+	s.hook(ctx, "bumped", tx)
 
 	prior, err := s.readTurn(ctx, tx, id, t.RequestID)
 	if err != nil {
@@ -168,10 +166,17 @@ func (s *Store) Append(ctx context.Context, key session.Key, expectedVersion int
 			return session.Appended{}, s.fail("append", key, err)
 		}
 	}
+	s.hook(ctx, "inserted", tx)
 	if err := tx.Commit(); err != nil {
 		return session.Appended{}, s.fail("append: commit", key, err)
 	}
 	return session.Appended{Version: version, Events: events}, nil
+}
+
+func (s *Store) hook(ctx context.Context, stage string, tx sqldialect.Querier) {
+	if s.appendHook != nil {
+		s.appendHook(ctx, stage, tx)
+	}
 }
 
 func (s *Store) insertEvents(ctx context.Context, tx sqldialect.Querier, sessionID int64, events []session.Event, firstIdx int) error {

@@ -43,7 +43,7 @@ var migrations = []sqldialect.Migration{{
 // queries holds the store's statements, rewritten for the dialect once in New.
 type queries struct {
 	get, create, owner, bump, turn, deleteSession, deleteEvents, findTurn string
-	insertEvents                                                         func(n int) string
+	insertEvents                                                          func(n int) string
 }
 
 // eventCols are the columns of one event, in the order of the insert's arguments.

@@ -83,9 +83,9 @@ type Store struct {
 	d  *sqldialect.Dialect
 	q  queries
 
-	// afterUpdateHook, when set (tests only), runs inside Append's transaction right after the
-	// version bump, with the transaction.
-	afterUpdateHook func(ctx context.Context, tx sqldialect.Querier)
+	// appendHook, when set (tests only), runs inside Append's transaction at two stages:
+	// "bumped" right after the version bump, "inserted" right before the commit.
+	appendHook func(ctx context.Context, stage string, tx sqldialect.Querier)
 }
 
 var _ session.Store = (*Store)(nil)

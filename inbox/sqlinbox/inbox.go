@@ -1,0 +1,130 @@
+// Package sqlinbox is an inbox.Inbox on a SQL database: PostgreSQL (through
+// github.com/jackc/pgx/v5/stdlib or another database/sql driver) or SQLite (through
+// modernc.org/sqlite, pure Go). One code path serves both; what differs lives in
+// internal/sqldialect.
+//
+// # Setup
+//
+//	db, err := sql.Open("pgx", "postgres://...")     // or sql.Open("sqlite", dsn)
+//	ib, err := sqlinbox.New(db, sqlinbox.PostgreSQL, sqlinbox.Options{})
+//	err = ib.Migrate(ctx)                              // once at start-up; safe to race
+//
+// For SQLite, give the DSN a busy timeout and WAL, and for an in-memory database a shared
+// cache, as the session/sqlsession package doc shows:
+//
+//	file:/var/lib/app/turnstile.db?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)
+//	file:NAME?mode=memory&cache=shared&_pragma=busy_timeout(5000)   (or db.SetMaxOpenConns(1))
+//
+// # Schema
+//
+// Migrate creates one table, PREFIX+"inbox" ("turnstile_inbox" by default), keyed by
+// request_id, and records its version in PREFIX+"schema_version". The status column holds
+// "in_progress", "done" or "dead" (StatusNew is never stored); deliveries counts the Begins
+// that counted an attempt, never refunded, so that Begin can tell that it created the entry
+// (deliveries = 1) in the same statement. A partial index on updated_at over done and dead
+// entries serves Purge.
+//
+// # Errors
+//
+// Contract errors are the inbox package's sentinels. Infrastructure failures (a lost or
+// refused connection, a PostgreSQL serialization failure or deadlock, a busy SQLite database)
+// come back wrapped in an error that satisfies interface{ Retryable() bool }.
+package sqlinbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/turnstile-go/turnstile/inbox"
+	"github.com/turnstile-go/turnstile/internal/sqldialect"
+)
+
+// Dialect names the database behind the *sql.DB: PostgreSQL or SQLite.
+type Dialect = sqldialect.Name
+
+const (
+	// PostgreSQL: any database/sql driver whose errors expose SQLState() string; turnstile
+	// tests github.com/jackc/pgx/v5/stdlib (driver name "pgx"). PostgreSQL 12 or later.
+	PostgreSQL = sqldialect.PostgreSQL
+	// SQLite: modernc.org/sqlite (driver name "sqlite"), SQLite 3.35 or later (RETURNING).
+	SQLite = sqldialect.SQLite
+)
+
+// DefaultTablePrefix is the table prefix used when Options.TablePrefix is empty.
+const DefaultTablePrefix = sqldialect.DefaultPrefix
+
+// DefaultPurgeBatch is how many entries one Purge statement deletes when
+// Options.PurgeBatch is zero.
+const DefaultPurgeBatch = 1000
+
+// Options configures an Inbox. The zero value is ready to use.
+type Options struct {
+	// TablePrefix starts the name of every table and index the inbox uses. Letters, digits
+	// and underscores, not starting with a digit, at most 32 bytes. Default DefaultTablePrefix.
+	// An Inbox and a session/sqlsession Store with the same prefix share the version table.
+	TablePrefix string
+	// PurgeBatch is how many entries one Purge statement deletes at most, so that a purge of
+	// millions of entries holds no long lock and no huge transaction. Default
+	// DefaultPurgeBatch; must not be negative.
+	PurgeBatch int
+}
+
+func (o *Options) setDefaults() {
+	if o.PurgeBatch == 0 {
+		o.PurgeBatch = DefaultPurgeBatch
+	}
+}
+
+func (o *Options) validate() error {
+	if o.PurgeBatch < 0 {
+		return fmt.Errorf("Options.PurgeBatch: %d is negative", o.PurgeBatch)
+	}
+	return nil
+}
+
+// Inbox is an inbox.Inbox on PostgreSQL or SQLite. It is safe for concurrent use by many
+// goroutines and processes; build one with New and run Migrate before the first call.
+type Inbox struct {
+	db    *sql.DB
+	d     *sqldialect.Dialect
+	q     queries
+	batch int
+}
+
+var _ inbox.Inbox = (*Inbox)(nil)
+
+// component names the inbox's schema in the version table.
+const component = "inbox"
+
+// New returns an Inbox on db. It does not touch the database; call Migrate for the schema.
+// Errors: a nil db, an unknown dialect, an invalid Options.TablePrefix or a negative
+// Options.PurgeBatch.
+func New(db *sql.DB, dialect Dialect, opts Options) (*Inbox, error) {
+	if db == nil {
+		return nil, errors.New("sqlinbox: nil *sql.DB")
+	}
+	opts.setDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, fmt.Errorf("sqlinbox: %w", err)
+	}
+	d, err := sqldialect.For(dialect, opts.TablePrefix)
+	if err != nil {
+		return nil, fmt.Errorf("sqlinbox: %w", err)
+	}
+	return &Inbox{db: db, d: d, q: buildQueries(d), batch: opts.PurgeBatch}, nil
+}
+
+// Migrate creates or upgrades the inbox's table to this code's schema version. It is
+// idempotent and safe to run from several processes at once: they take turns (a PostgreSQL
+// advisory lock, SQLite's write lock), and all but the first find nothing to do.
+func (b *Inbox) Migrate(ctx context.Context) error {
+	if err := b.d.Migrate(ctx, b.db, component, migrations); err != nil {
+		return fmt.Errorf("sqlinbox: %w", err)
+	}
+	return nil
+}
+
+// TablePrefix returns the table prefix in use.
+func (b *Inbox) TablePrefix() string { return b.d.Prefix() }

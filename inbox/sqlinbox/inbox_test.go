@@ -1,0 +1,45 @@
+package sqlinbox_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/turnstile-go/turnstile/inbox"
+	"github.com/turnstile-go/turnstile/inbox/inboxtest"
+	"github.com/turnstile-go/turnstile/inbox/sqlinbox"
+	"github.com/turnstile-go/turnstile/internal/sqltest"
+)
+
+func dialectOf(db sqltest.DB) sqlinbox.Dialect {
+	if db.Postgres {
+		return sqlinbox.PostgreSQL
+	}
+	return sqlinbox.SQLite
+}
+
+// newInbox opens a migrated inbox with tables of its own on db.
+func newInbox(t testing.TB, db sqltest.DB, opts sqlinbox.Options) (*sqlinbox.Inbox, *sql.DB) {
+	t.Helper()
+	sqlDB := db.Open(t)
+	opts.TablePrefix = sqltest.Prefix(t, sqlDB, db.Postgres)
+	b, err := sqlinbox.New(sqlDB, dialectOf(db), opts)
+	require.NoError(t, err)
+	require.NoError(t, b.Migrate(context.Background()))
+	return b, sqlDB
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	for _, db := range sqltest.DBs {
+		t.Run(db.Name, func(t *testing.T) {
+			t.Parallel()
+			inboxtest.Run(t, func(t *testing.T) inbox.Inbox {
+				b, _ := newInbox(t, db, sqlinbox.Options{})
+				return b
+			})
+		})
+	}
+}

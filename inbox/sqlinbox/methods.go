@@ -1,0 +1,189 @@
+package sqlinbox
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/turnstile-go/turnstile/inbox"
+	"github.com/turnstile-go/turnstile/internal/sqldialect"
+)
+
+// Begin implements inbox.Inbox in one INSERT ... ON CONFLICT DO UPDATE ... RETURNING
+// statement, so members that receive one request at once each count an attempt.
+func (b *Inbox) Begin(ctx context.Context, d inbox.Delivery) (inbox.Entry, error) {
+	if d.RequestID == "" {
+		return inbox.Entry{}, fmt.Errorf("%w: empty request id", inbox.ErrInvalid)
+	}
+	row := b.db.QueryRowContext(ctx, b.q.begin, d.RequestID, d.Conversation, d.Topic, d.Partition,
+		d.Offset, b.d.Time(time.Now()))
+	e, deliveries, err := scanEntry(row)
+	if err != nil {
+		return inbox.Entry{}, b.fail("begin", d.RequestID, err)
+	}
+	if e.Status == inbox.StatusInProgress && deliveries == 1 {
+		e.Status = inbox.StatusNew // this statement inserted the entry
+	}
+	return e, nil
+}
+
+// Complete implements inbox.Inbox: only an entry in progress becomes done, so the first
+// result stays.
+func (b *Inbox) Complete(ctx context.Context, requestID string, result []byte) error {
+	if requestID == "" {
+		return fmt.Errorf("%w: empty request id", inbox.ErrInvalid)
+	}
+	res, err := b.db.ExecContext(ctx, b.q.complete, requestID, sqldialect.Bytes(result), b.d.Time(time.Now()))
+	if err := b.changed(ctx, "complete", requestID, res, err); !errors.Is(err, errUnchanged) {
+		return err
+	}
+	status, reason, err := b.status(ctx, requestID)
+	switch {
+	case err != nil:
+		return b.fail("complete", requestID, err)
+	case status == "":
+		return fmt.Errorf("%w: request %s", inbox.ErrNotFound, requestID)
+	case status == stDead:
+		return fmt.Errorf("%w: request %s: %s", inbox.ErrDead, requestID, reason)
+	}
+	return nil // done already: the first result stays
+}
+
+// Fail implements inbox.Inbox; it changes only an entry in progress.
+func (b *Inbox) Fail(ctx context.Context, requestID string, f inbox.Failure) error {
+	if requestID == "" {
+		return fmt.Errorf("%w: empty request id", inbox.ErrInvalid)
+	}
+	res, err := b.db.ExecContext(ctx, b.q.fail, requestID, f.Reason, f.Refund, b.d.Time(time.Now()))
+	return b.changedOrExists(ctx, "fail", requestID, res, err)
+}
+
+// MarkDead implements inbox.Inbox; a done entry stays done.
+func (b *Inbox) MarkDead(ctx context.Context, requestID, reason string) error {
+	if requestID == "" {
+		return fmt.Errorf("%w: empty request id", inbox.ErrInvalid)
+	}
+	res, err := b.db.ExecContext(ctx, b.q.markDead, requestID, reason, b.d.Time(time.Now()))
+	return b.changedOrExists(ctx, "mark dead", requestID, res, err)
+}
+
+// Get implements inbox.Inbox.
+func (b *Inbox) Get(ctx context.Context, requestID string) (inbox.Entry, error) {
+	if requestID == "" {
+		return inbox.Entry{}, fmt.Errorf("%w: empty request id", inbox.ErrInvalid)
+	}
+	e, _, err := scanEntry(b.db.QueryRowContext(ctx, b.q.get, requestID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return inbox.Entry{}, fmt.Errorf("%w: request %s", inbox.ErrNotFound, requestID)
+	}
+	if err != nil {
+		return inbox.Entry{}, b.fail("get", requestID, err)
+	}
+	return e, nil
+}
+
+// Purge implements inbox.Inbox: DELETE statements of at most Options.PurgeBatch entries each,
+// until one deletes fewer. Each batch commits on its own; on an error the count so far comes
+// back with it.
+func (b *Inbox) Purge(ctx context.Context, before time.Time) (int64, error) {
+	var total int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		res, err := b.db.ExecContext(ctx, b.q.purge, b.d.Time(before), b.batch)
+		if err != nil {
+			return total, fmt.Errorf("sqlinbox: purge: %w", sqldialect.Classify(err))
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return total, fmt.Errorf("sqlinbox: purge: %w", sqldialect.Classify(err))
+		}
+		total += n
+		if n < int64(b.batch) {
+			return total, nil
+		}
+	}
+}
+
+// errUnchanged says an UPDATE matched no row.
+var errUnchanged = errors.New("no row changed")
+
+// changed returns nil when the UPDATE changed a row, errUnchanged when it changed none, and
+// the classified error when it failed.
+func (b *Inbox) changed(_ context.Context, op, requestID string, res sql.Result, err error) error {
+	if err != nil {
+		return b.fail(op, requestID, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return b.fail(op, requestID, err)
+	}
+	if n == 0 {
+		return errUnchanged
+	}
+	return nil
+}
+
+// changedOrExists is changed for updates that are no-ops on entries in a final state: an
+// unchanged row is fine when the entry exists, ErrNotFound when it does not.
+func (b *Inbox) changedOrExists(ctx context.Context, op, requestID string, res sql.Result, err error) error {
+	if err := b.changed(ctx, op, requestID, res, err); !errors.Is(err, errUnchanged) {
+		return err
+	}
+	status, _, err := b.status(ctx, requestID)
+	switch {
+	case err != nil:
+		return b.fail(op, requestID, err)
+	case status == "":
+		return fmt.Errorf("%w: request %s", inbox.ErrNotFound, requestID)
+	}
+	return nil
+}
+
+// status returns the stored status and reason of an entry, "" when there is none.
+func (b *Inbox) status(ctx context.Context, requestID string) (status, reason string, err error) {
+	err = b.db.QueryRowContext(ctx, b.q.status, requestID).Scan(&status, &reason)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", "", nil
+	}
+	return status, reason, err
+}
+
+// scanEntry reads the entryCols of one row, and the deliveries count.
+func scanEntry(row *sql.Row) (inbox.Entry, int, error) {
+	var (
+		e          inbox.Entry
+		status     string
+		deliveries int
+		result     []byte
+	)
+	err := row.Scan(&e.RequestID, &e.Conversation, &status, &e.Attempts, &deliveries, &result, &e.Reason,
+		&e.Topic, &e.Partition, &e.Offset, sqldialect.TimeScanner{T: &e.CreatedAt}, sqldialect.TimeScanner{T: &e.UpdatedAt})
+	if err != nil {
+		return inbox.Entry{}, 0, err
+	}
+	switch status {
+	case stInProgress:
+		e.Status = inbox.StatusInProgress
+	case stDone:
+		e.Status = inbox.StatusDone
+	case stDead:
+		e.Status = inbox.StatusDead
+	default:
+		return inbox.Entry{}, 0, fmt.Errorf("unknown stored status %q", status)
+	}
+	if len(result) > 0 {
+		e.Result = bytes.Clone(result)
+	}
+	return e, deliveries, nil
+}
+
+// fail wraps a database error with the operation and request id, classifying
+// infrastructure failures as retryable.
+func (b *Inbox) fail(op, requestID string, err error) error {
+	return fmt.Errorf("sqlinbox: %s %s: %w", op, requestID, sqldialect.Classify(err))
+}

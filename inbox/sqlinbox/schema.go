@@ -1,0 +1,76 @@
+package sqlinbox
+
+import "github.com/turnstile-go/turnstile/internal/sqldialect"
+
+// migrations is the inbox's schema, step by step. A released step never changes.
+var migrations = []sqldialect.Migration{{
+	Version: 1,
+	Statements: []string{
+		`CREATE TABLE {p}inbox (
+			request_id TEXT NOT NULL PRIMARY KEY,
+			conversation TEXT NOT NULL,
+			status TEXT NOT NULL,
+			attempts INTEGER NOT NULL,
+			deliveries INTEGER NOT NULL,
+			result {bytes},
+			reason TEXT NOT NULL DEFAULT '',
+			topic TEXT NOT NULL,
+			kafka_partition INTEGER NOT NULL,
+			kafka_offset BIGINT NOT NULL,
+			created_at {time} NOT NULL,
+			updated_at {time} NOT NULL
+		)`,
+		`CREATE INDEX {p}inbox_purge ON {p}inbox (updated_at) WHERE status IN ('done', 'dead')`,
+	},
+}}
+
+// Stored statuses; StatusNew is never stored.
+const (
+	stInProgress = "in_progress"
+	stDone       = "done"
+	stDead       = "dead"
+)
+
+type queries struct {
+	begin, complete, fail, markDead, get, status, purge string
+}
+
+const entryCols = `request_id, conversation, status, attempts, deliveries, result, reason, topic,
+	kafka_partition, kafka_offset, created_at, updated_at`
+
+func buildQueries(d *sqldialect.Dialect) queries {
+	// live is true for the row Begin found when it may count an attempt.
+	const live = `i.status = 'in_progress'`
+	return queries{
+		// One statement, atomic in both databases: the insert of a new entry, or the count of
+		// one more attempt of an entry in progress (PostgreSQL takes the row's lock, SQLite
+		// the write lock), or nothing for a done or dead one, which comes back as it is.
+		begin: d.Query(`INSERT INTO {p}inbox AS i (request_id, conversation, status, attempts, deliveries,
+				reason, topic, kafka_partition, kafka_offset, created_at, updated_at)
+			VALUES ($1, $2, 'in_progress', 1, 1, '', $3, $4, $5, $6, $6)
+			ON CONFLICT (request_id) DO UPDATE SET
+				attempts = CASE WHEN ` + live + ` THEN i.attempts + 1 ELSE i.attempts END,
+				deliveries = CASE WHEN ` + live + ` THEN i.deliveries + 1 ELSE i.deliveries END,
+				topic = CASE WHEN ` + live + ` THEN excluded.topic ELSE i.topic END,
+				kafka_partition = CASE WHEN ` + live + ` THEN excluded.kafka_partition ELSE i.kafka_partition END,
+				kafka_offset = CASE WHEN ` + live + ` THEN excluded.kafka_offset ELSE i.kafka_offset END,
+				updated_at = CASE WHEN ` + live + ` THEN excluded.updated_at ELSE i.updated_at END
+			RETURNING ` + entryCols),
+		// First result wins: only an entry in progress becomes done.
+		complete: d.Query(`UPDATE {p}inbox SET status = 'done', result = $2, updated_at = $3
+			WHERE request_id = $1 AND status = 'in_progress'`),
+		fail: d.Query(`UPDATE {p}inbox SET reason = $2,
+				attempts = CASE WHEN $3 AND attempts > 0 THEN attempts - 1 ELSE attempts END,
+				updated_at = $4
+			WHERE request_id = $1 AND status = 'in_progress'`),
+		markDead: d.Query(`UPDATE {p}inbox SET status = 'dead', reason = $2, updated_at = $3
+			WHERE request_id = $1 AND status <> 'done'`),
+		get:    d.Query(`SELECT ` + entryCols + ` FROM {p}inbox WHERE request_id = $1`),
+		status: d.Query(`SELECT status, reason FROM {p}inbox WHERE request_id = $1`),
+		// A bounded batch through the partial index; Purge repeats it until a batch comes up short.
+		purge: d.Query(`DELETE FROM {p}inbox WHERE request_id IN (
+				SELECT request_id FROM {p}inbox
+				WHERE status IN ('done', 'dead') AND updated_at < $1
+				LIMIT $2)`),
+	}
+}
