@@ -1,0 +1,302 @@
+package consumer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/turnstile-go/turnstile/consumer"
+	"github.com/turnstile-go/turnstile/internal/kafkatest"
+	"github.com/turnstile-go/turnstile/turn"
+)
+
+// paced is echo that takes a few milliseconds, so that turns are in flight when members
+// come and go.
+func paced(ctx context.Context, in turn.Input) (turn.Output, error) {
+	select {
+	case <-time.After(3 * time.Millisecond):
+	case <-ctx.Done():
+		return turn.Output{}, ctx.Err()
+	}
+	return echo(in)
+}
+
+func produceConversations(e *env, convs, perConv int) map[string][]turn.Request {
+	sent := map[string][]turn.Request{}
+	for i := range perConv {
+		for c := range convs {
+			conv := fmt.Sprintf("conv-%d", c)
+			r := request(conv, fmt.Sprintf("%s message %02d", conv, i))
+			sent[conv] = append(sent[conv], r)
+			e.produce(r)
+		}
+	}
+	return sent
+}
+
+func TestMemberLeavesAndAnotherJoinsMidRun(t *testing.T) {
+	t.Parallel()
+	const partitions = 6
+	e := setup(t, partitions, partitions)
+	a := e.start(memberOpts{model: paced})
+	sent := produceConversations(e, 3, 50)
+
+	eventually(t, func() bool { return a.c.Stats().Results >= 30 }, "member a makes progress")
+	b := e.start(memberOpts{model: paced})
+	eventually(t, func() bool { return a.c.Stats().Results+b.c.Stats().Results >= 90 }, "both make progress")
+	a.stop(t) // a graceful leave: in-flight turns finish or are cancelled, marks committed
+
+	results := e.resultsByID(150)
+	require.Len(t, results, 150, "nothing lost")
+	e.checkHistories(sent) // no duplicate turn, order kept
+	// At most one turn per partition was in flight at each of the two rebalances.
+	require.LessOrEqual(t, e.totalCalls(), int64(150+2*partitions))
+	for id, msgs := range results {
+		first, err := turn.DecodeResult(msgs[0].Value)
+		require.NoError(t, err)
+		for _, m := range msgs[1:] { // a repeat is the same result
+			again, err := turn.DecodeResult(m.Value)
+			require.NoError(t, err)
+			require.Equal(t, first, again, "result of %s", id)
+		}
+	}
+}
+
+// blocker is a model that blocks on chosen requests, ignoring cancellation, until the test
+// ends: a turn that hangs inside the host's model call.
+type blocker struct {
+	entered chan string
+	release chan struct{}
+	once    sync.Once
+}
+
+func newBlocker(t *testing.T) *blocker {
+	b := &blocker{entered: make(chan string, 16), release: make(chan struct{})}
+	t.Cleanup(b.unblock) // runs before the members' cleanups stop them
+	return b
+}
+
+func (b *blocker) unblock() { b.once.Do(func() { close(b.release) }) }
+
+func (b *blocker) model(match func(turn.Request) bool) func(context.Context, turn.Input) (turn.Output, error) {
+	return func(_ context.Context, in turn.Input) (turn.Output, error) {
+		if match(in.Request) {
+			b.entered <- in.Request.ID
+			<-b.release
+		}
+		return echo(in)
+	}
+}
+
+func (b *blocker) waitEntered(t *testing.T) string {
+	t.Helper()
+	select {
+	case id := <-b.entered:
+		return id
+	case <-time.After(wait):
+		t.Fatalf("no turn reached the model within %v", wait)
+		return ""
+	}
+}
+
+func TestMemberCrashesMidTurn(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 2, 2)
+	bl := newBlocker(t)
+	victim := request("c-victim", "the turn during which the worker dies")
+	a := e.start(memberOpts{model: bl.model(func(r turn.Request) bool { return r.ID == victim.ID })})
+	e.produce(victim)
+	require.Equal(t, victim.ID, bl.waitEntered(t))
+
+	a.crash() // no commit, no goodbye: the group expels it when its session times out
+	b := e.start(memberOpts{})
+	results := e.resultsByID(1)
+	require.NotEmpty(t, results[victim.ID])
+	for _, m := range results[victim.ID] {
+		res, err := turn.DecodeResult(m.Value)
+		require.NoError(t, err)
+		require.Equal(t, victim.ID, res.RequestID)
+		require.Equal(t, `reply to "the turn during which the worker dies" after 0 events`, res.Text)
+	}
+	_, perRequest := e.history("c-victim")
+	require.Equal(t, map[string]int{victim.ID: 1}, perRequest, "the redone turn is in history once")
+	require.EqualValues(t, 2, e.callsOf(victim.ID), "the dead member's call and the redo")
+	eventually(t, func() bool { return b.c.Stats().Records == 1 })
+}
+
+func TestSlowTurnOutlivesRevokeGrace(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 2, 2)
+	bl := newBlocker(t)
+	slow := []turn.Request{request("slow-0", "slow on partition 0"), request("slow-1", "slow on partition 1")}
+	a := e.start(memberOpts{model: bl.model(func(r turn.Request) bool { return strings.HasPrefix(r.ConversationID, "slow") })})
+	for i, r := range slow {
+		data, err := r.Encode()
+		require.NoError(t, err)
+		e.cluster.ProduceTo(t, e.requests, int32(i), r.ConversationID, data, nil)
+	}
+	bl.waitEntered(t)
+	bl.waitEntered(t) // both partitions have a turn hanging in a's model
+
+	b := e.start(memberOpts{}) // the rebalance moves one partition to b
+	first := e.resultsByID(1)
+	require.Len(t, first, 1)
+	var moved, kept turn.Request
+	for i, r := range slow {
+		if len(first[r.ID]) > 0 {
+			moved, kept = r, slow[1-i]
+		}
+	}
+	require.NotEmpty(t, moved.ID, "b published the moved partition's request")
+	eventually(t, func() bool { return b.c.Stats().Records == 1 })
+
+	bl.unblock() // a's hung turns now finish: the moved one late, the kept one in time
+	eventually(t, func() bool { return a.c.Stats().Abandoned+a.c.Stats().LateDropped == 1 })
+	all := e.resultsByID(2)
+	require.Len(t, all[moved.ID], 1, "a's late completion is not published")
+	require.Len(t, all[kept.ID], 1)
+	eventually(t, func() bool { return a.c.Stats().Records == 1 }, "a marked only the partition it kept")
+	_, perRequest := e.history(moved.ConversationID)
+	require.Equal(t, map[string]int{moved.ID: 1}, perRequest)
+}
+
+func TestRecordThatKillsEveryMemberIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 1, 1)
+	bl := newBlocker(t)
+	deadly := request("c-deadly", "the record that kills its worker")
+	next := request("c-deadly", "the next email")
+	e.produce(deadly, next)
+	for range turn.DefaultMaxAttempts {
+		m := e.start(memberOpts{model: bl.model(func(r turn.Request) bool { return r.ID == deadly.ID })})
+		require.Equal(t, deadly.ID, bl.waitEntered(t))
+		m.crash()
+	}
+	survivor := e.start(memberOpts{})
+	dead := e.cluster.ReadAll(t, e.dlq, 1, wait)
+	require.Len(t, dead, 1)
+	h := kafkatest.HeaderMap(dead[0])
+	require.Equal(t, deadly.ID, h[consumer.HeaderRequestID])
+	require.Contains(t, h[consumer.HeaderReason], "3 attempts exhausted")
+	require.Equal(t, "0", h[consumer.HeaderSourceOffset])
+	require.EqualValues(t, turn.DefaultMaxAttempts, e.callsOf(deadly.ID), "the survivor never ran it")
+	results := e.resultsByID(1)
+	require.Len(t, results[next.ID], 1)
+	eventually(t, func() bool { return survivor.c.Stats().Records == 2 })
+}
+
+// rateLimiter answers RetryAfter for a while from its first call, recording when each
+// partition called and when it was told to wait.
+type rateLimiter struct {
+	mu     sync.Mutex
+	until  time.Time
+	window time.Duration
+	delay  time.Duration
+	calls  map[int32][]call
+}
+
+type call struct {
+	start, end time.Time
+	limited    bool
+}
+
+func (rl *rateLimiter) model(ctx context.Context, in turn.Input) (turn.Output, error) {
+	start := time.Now()
+	rl.mu.Lock()
+	if rl.until.IsZero() {
+		rl.until = start.Add(rl.window)
+	}
+	limited := start.Before(rl.until)
+	rl.mu.Unlock()
+	out, err := echo(in)
+	if limited {
+		out, err = turn.Output{}, turn.RetryAfter(rl.delay, errors.New("HTTP 429 Too Many Requests"))
+	}
+	rl.mu.Lock()
+	p := in.Request.Source.Partition
+	rl.calls[p] = append(rl.calls[p], call{start: start, end: time.Now(), limited: limited})
+	rl.mu.Unlock()
+	return out, err
+}
+
+func TestRateLimitPausesPartitions(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 3, 3)
+	rl := &rateLimiter{window: 2 * time.Second, delay: 400 * time.Millisecond, calls: map[int32][]call{}}
+	m := e.start(memberOpts{model: rl.model})
+	sent := produceConversations(e, 6, 5)
+
+	results := e.resultsByID(30)
+	require.Len(t, results, 30, "every request completes after the pause")
+	e.checkHistories(sent)
+	st := m.c.Stats()
+	require.Zero(t, st.DeadLetters)
+	require.Zero(t, st.Retries, "a rate limit spends no attempt")
+	require.Positive(t, st.RateLimited)
+	for conv := range sent {
+		for _, r := range sent[conv] {
+			entry, err := e.inbox.Get(context.Background(), r.ID)
+			require.NoError(t, err)
+			require.Equal(t, 1, entry.Attempts, "request %s", r.ID)
+		}
+	}
+
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	limited := 0
+	for p, calls := range rl.calls {
+		sort.Slice(calls, func(i, j int) bool { return calls[i].start.Before(calls[j].start) })
+		for i := 1; i < len(calls); i++ {
+			if prev := calls[i-1]; prev.limited {
+				limited++
+				// One probe per backoff: after a 429, this partition's next call waits the delay.
+				require.GreaterOrEqual(t, calls[i].start.Sub(prev.end), rl.delay,
+					"partition %d called again %v after a 429", p, calls[i].start.Sub(prev.end))
+			}
+		}
+	}
+	require.Positive(t, limited)
+}
+
+func TestKcatInterop(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 3, 3)
+	e.start(memberOpts{})
+	var lines []string
+	reqs := make([]turn.Request, 5)
+	for i := range reqs {
+		reqs[i] = request(fmt.Sprintf("kc-%d", i), fmt.Sprintf("hello from librdkafka %d", i))
+		data, err := reqs[i].Encode()
+		require.NoError(t, err)
+		lines = append(lines, reqs[i].ConversationID+"\t"+string(data))
+	}
+	kafkatest.KcatInput(t, []byte(strings.Join(lines, "\n")+"\n"),
+		"-b", e.cluster.BrokerList(), "-P", "-t", e.requests, "-K", "\t", "-H", "origin=kcat", "-X", "topic.partitioner=murmur2_random")
+
+	e.resultsByID(len(reqs)) // wait until they are all there
+	out := kafkatest.Kcat(t, "-b", e.cluster.BrokerList(), "-C", "-t", e.results, "-o", "beginning", "-e", "-q",
+		"-f", "%k|%h|%s\n")
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		parts := strings.SplitN(line, "|", 3)
+		require.Len(t, parts, 3, line)
+		res, err := turn.DecodeResult([]byte(parts[2]))
+		require.NoError(t, err)
+		require.Equal(t, parts[0], res.ConversationID)
+		require.Contains(t, parts[1], consumer.HeaderRequestID+"="+res.RequestID)
+		require.Contains(t, parts[1], consumer.HeaderConversationID+"="+res.ConversationID)
+		require.Contains(t, parts[1], consumer.HeaderAttempt+"=1")
+		got[res.RequestID] = res.Text
+	}
+	require.Len(t, got, len(reqs))
+	for _, r := range reqs {
+		require.Contains(t, got[r.ID], r.Text)
+	}
+}
