@@ -92,9 +92,10 @@ func (d *Dialect) Table(name string) string { return d.prefix + name }
 var dollarRE = regexp.MustCompile(`\$([0-9]+)`)
 
 // Query rewrites a query written in PostgreSQL's form for this dialect: "{p}" becomes the
-// table prefix, and on SQLite "$N" becomes "?N". Queries must not hold "$" in literals.
+// table prefix, the type tokens become types as in DDL (for casts), and on SQLite "$N"
+// becomes "?N". Queries must not hold "$" in literals.
 func (d *Dialect) Query(q string) string {
-	q = strings.ReplaceAll(q, "{p}", d.prefix)
+	q = d.types.Replace(q)
 	if d.name == SQLite {
 		q = dollarRE.ReplaceAllString(q, "?$1")
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/turnstile-go/turnstile/session"
 )
 
-// maxRecent caps Get's recent so that event_count - recent cannot overflow a BIGINT.
+// maxRecent caps Get's recent, the LIMIT of its query, at a value every database takes.
 const maxRecent = 1 << 40
 
 // insertBatch is how many events one INSERT carries: 900 arguments, under SQLite's oldest

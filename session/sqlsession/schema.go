@@ -23,7 +23,7 @@ var migrations = []sqldialect.Migration{{
 			CONSTRAINT {p}sessions_app_conversation UNIQUE (app, conversation)
 		)`,
 		// seq is contiguous from 1 to the session's event_count (events are never deleted one
-		// by one), so the last N events are the range seq > event_count - N of the primary key.
+		// by one); the primary key (session_id, seq) serves Get's newest-N scan.
 		`CREATE TABLE {p}events (
 			session_id BIGINT NOT NULL REFERENCES {p}sessions (id) ON DELETE CASCADE,
 			seq BIGINT NOT NULL,
@@ -54,21 +54,30 @@ func buildQueries(d *sqldialect.Dialect) queries {
 		// One query, state and the last $4 events: the join walks the (session_id, seq)
 		// primary key from event_count-$4, so its cost does not depend on the history's length.
 		// The owner check in the join keeps another user's events out of the result.
-		// One query for the state and the last $4 events: the session's row first, then the
-		// events, which the join finds by walking the (session_id, seq) primary key from
-		// event_count-$4, so the cost does not depend on the history's length. The owner check
-		// in the second branch keeps another user's events out of the result.
+		// One query for the state and the last $4 events: the session's row, then the newest
+		// events found by walking the (session_id, seq) primary key backwards from the end and
+		// stopping after $4 rows (ORDER BY seq DESC LIMIT), so the cost does not depend on the
+		// history's length; the outer ORDER BY puts them oldest first. The owner check in the
+		// second branch keeps another user's events out of the result. The casts give the
+		// second branch's NULLs the first branch's types (PostgreSQL types a subquery's bare
+		// NULL as text).
 		get: d.Query(`SELECT 0 AS kind, s.user_id AS user_id, s.state AS state, s.version AS version,
 				s.event_count AS event_count, s.created_at AS created_at, s.updated_at AS updated_at,
 				NULL AS seq, NULL AS event_id, NULL AS request_id, NULL AS author, NULL AS body,
 				NULL AS data, NULL AS at
 			FROM {p}sessions s WHERE s.app = $1 AND s.conversation = $2
 			UNION ALL
-			SELECT 1, NULL, NULL, NULL, NULL, NULL, NULL,
-				e.seq, e.event_id, e.request_id, e.author, e.body, e.data, e.at
-			FROM {p}sessions s
-			JOIN {p}events e ON e.session_id = s.id AND e.seq > s.event_count - $4
-			WHERE s.app = $1 AND s.conversation = $2 AND s.user_id = $3
+			SELECT * FROM (
+				SELECT 1 AS kind, CAST(NULL AS TEXT) AS user_id, CAST(NULL AS {bytes}) AS state,
+					CAST(NULL AS BIGINT) AS version, CAST(NULL AS BIGINT) AS event_count,
+					CAST(NULL AS {time}) AS created_at, CAST(NULL AS {time}) AS updated_at,
+					e.seq, e.event_id, e.request_id, e.author, e.body, e.data, e.at
+				FROM {p}events e
+				WHERE e.session_id = (SELECT s.id FROM {p}sessions s
+					WHERE s.app = $1 AND s.conversation = $2 AND s.user_id = $3)
+				ORDER BY e.seq DESC
+				LIMIT $4
+			) recent
 			ORDER BY kind, seq`),
 		create: d.Query(`INSERT INTO {p}sessions (app, conversation, user_id, state, version, event_count, created_at, updated_at)
 			VALUES ($1, $2, $3, $4, 0, 0, $5, $5)
