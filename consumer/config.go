@@ -49,9 +49,10 @@ type Config struct {
 	TurnTimeout time.Duration
 	// RevokeGrace is how long the turn in flight on a revoked partition may run before it is
 	// cancelled; what finishes in time is published and committed, the rest is redone by the
-	// new owner. It must be shorter than the group's rebalance timeout
-	// (Consumer.Group.Rebalance.Timeout, 60 s by default), or the member is expelled.
-	// Default DefaultRevokeGrace.
+	// new owner. It must be shorter than the group's rebalance timeout less a second
+	// (Consumer.Group.Rebalance.Timeout, 60 s by default), or sarama ends the member's session
+	// (ErrRebalanceTimedOut). Default DefaultRevokeGrace, or less when Sarama's rebalance
+	// timeout is short: half of what that timeout leaves.
 	RevokeGrace time.Duration
 	// ShutdownTimeout is how long Run drains in-flight turns after its context ends before it
 	// cancels them, commits what finished and closes. Default DefaultShutdownTimeout.
@@ -105,7 +106,12 @@ func (c *Config) setDefaults() {
 	if c.MaxBuffered == 0 {
 		c.MaxBuffered = DefaultMaxBuffered
 	}
-	def(&c.RevokeGrace, DefaultRevokeGrace)
+	if c.RevokeGrace == 0 {
+		c.RevokeGrace = DefaultRevokeGrace
+		if c.Sarama != nil { // leave room within the group's rebalance timeout
+			c.RevokeGrace = max(0, min(c.RevokeGrace, (c.Sarama.Consumer.Group.Rebalance.Timeout-abandonWait)/2))
+		}
+	}
 	def(&c.ShutdownTimeout, DefaultShutdownTimeout)
 	def(&c.CommitInterval, DefaultCommitInterval)
 	def(&c.RetryBackoff, DefaultRetryBackoff)
@@ -147,9 +153,9 @@ func (c *Config) Validate() error {
 		if err := c.Sarama.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("Sarama: %w", err))
 		}
-		if c.RevokeGrace > 0 && c.RevokeGrace >= c.Sarama.Consumer.Group.Rebalance.Timeout {
-			errs = append(errs, fmt.Errorf("RevokeGrace: %s is not shorter than Sarama.Consumer.Group.Rebalance.Timeout (%s)",
-				c.RevokeGrace, c.Sarama.Consumer.Group.Rebalance.Timeout))
+		if rt := c.Sarama.Consumer.Group.Rebalance.Timeout; c.RevokeGrace+abandonWait >= rt {
+			errs = append(errs, fmt.Errorf("RevokeGrace: %s (plus %s to abandon the turn) is not shorter than Sarama.Consumer.Group.Rebalance.Timeout (%s)",
+				c.RevokeGrace, abandonWait, rt))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

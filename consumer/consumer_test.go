@@ -218,7 +218,7 @@ func TestConfigValidate(t *testing.T) {
 	bad.Sarama = sarama.NewConfig()
 	bad.RevokeGrace = 2 * bad.Sarama.Consumer.Group.Rebalance.Timeout
 	_, err = consumer.New(bad, h)
-	require.ErrorContains(t, err, "RevokeGrace: 2m0s is not shorter than")
+	require.ErrorContains(t, err, "RevokeGrace: 2m0s (plus 1s to abandon the turn) is not shorter than")
 
 	bad = ok
 	bad.ResultsTopic = "r"

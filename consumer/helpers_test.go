@@ -184,7 +184,8 @@ func (d *cutDialer) cut() {
 	}
 }
 
-func testLogger(t *testing.T) *slog.Logger {
+// testLogger discards logs unless TURNSTILE_TEST_LOG is set.
+func testLogger(*testing.T) *slog.Logger {
 	if os.Getenv("TURNSTILE_TEST_LOG") != "" {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
