@@ -80,6 +80,7 @@ type Config struct {
 	// Sarama is the configuration to start from for the consumer group's client; nil means
 	// sarama.NewConfig() with Version sarama.V2_4_0_0 or later. New copies it and overrides
 	// what turnstile's guarantees rest on: manual commits (AutoCommit off), Return.Errors,
+	// Offsets.Initial = OffsetOldest (a new group reads every request already on the topic),
 	// and the cooperative-sticky strategy (KIP-429) unless GroupStrategies names a strategy
 	// other than sarama's default range. The producer
 	// gets its own copy (sharing one config between the group and an idempotent producer makes
@@ -169,9 +170,9 @@ func (c *Config) groupConfig() *sarama.Config {
 	sc := c.base()
 	sc.Consumer.Offsets.AutoCommit.Enable = false // commits follow durable outcomes (G2)
 	sc.Consumer.Return.Errors = true
-	if sc.Consumer.Offsets.Initial == 0 {
-		sc.Consumer.Offsets.Initial = sarama.OffsetOldest
-	}
+	// A group without a committed offset starts at the oldest record, not sarama's default
+	// newest: requests produced before the group first committed are accepted work (G2).
+	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
 	strategies := sc.Consumer.Group.Rebalance.GroupStrategies
 	if len(strategies) == 0 || (len(strategies) == 1 && (strategies[0].Name() == sarama.RangeBalanceStrategyName ||
 		strategies[0].Name() == sarama.CooperativeStickyBalanceStrategyName)) {
