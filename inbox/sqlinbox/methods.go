@@ -18,9 +18,16 @@ func (b *Inbox) Begin(ctx context.Context, d inbox.Delivery) (inbox.Entry, error
 	if d.RequestID == "" {
 		return inbox.Entry{}, fmt.Errorf("%w: empty request id", inbox.ErrInvalid)
 	}
-	row := b.db.QueryRowContext(ctx, b.q.begin, d.RequestID, d.Conversation, d.Topic, d.Partition,
-		d.Offset, b.d.Time(time.Now()))
-	e, deliveries, err := scanEntry(row)
+	var (
+		e          inbox.Entry
+		deliveries int
+	)
+	err := b.d.Write(ctx, b.db, func() (err error) {
+		row := b.db.QueryRowContext(ctx, b.q.begin, d.RequestID, d.Conversation, d.Topic, d.Partition,
+			d.Offset, b.d.Time(time.Now()))
+		e, deliveries, err = scanEntry(row)
+		return err
+	})
 	if err != nil {
 		return inbox.Entry{}, b.fail("begin", d.RequestID, err)
 	}
@@ -36,7 +43,7 @@ func (b *Inbox) Complete(ctx context.Context, requestID string, result []byte) e
 	if requestID == "" {
 		return fmt.Errorf("%w: empty request id", inbox.ErrInvalid)
 	}
-	res, err := b.db.ExecContext(ctx, b.q.complete, requestID, sqldialect.Bytes(result), b.d.Time(time.Now()))
+	res, err := b.exec(ctx, b.q.complete, requestID, sqldialect.Bytes(result), b.d.Time(time.Now()))
 	if err := b.changed(ctx, "complete", requestID, res, err); !errors.Is(err, errUnchanged) {
 		return err
 	}
@@ -57,7 +64,7 @@ func (b *Inbox) Fail(ctx context.Context, requestID string, f inbox.Failure) err
 	if requestID == "" {
 		return fmt.Errorf("%w: empty request id", inbox.ErrInvalid)
 	}
-	res, err := b.db.ExecContext(ctx, b.q.fail, requestID, f.Reason, f.Refund, b.d.Time(time.Now()))
+	res, err := b.exec(ctx, b.q.fail, requestID, f.Reason, f.Refund, b.d.Time(time.Now()))
 	return b.changedOrExists(ctx, "fail", requestID, res, err)
 }
 
@@ -66,7 +73,7 @@ func (b *Inbox) MarkDead(ctx context.Context, requestID, reason string) error {
 	if requestID == "" {
 		return fmt.Errorf("%w: empty request id", inbox.ErrInvalid)
 	}
-	res, err := b.db.ExecContext(ctx, b.q.markDead, requestID, reason, b.d.Time(time.Now()))
+	res, err := b.exec(ctx, b.q.markDead, requestID, reason, b.d.Time(time.Now()))
 	return b.changedOrExists(ctx, "mark dead", requestID, res, err)
 }
 
@@ -94,7 +101,7 @@ func (b *Inbox) Purge(ctx context.Context, before time.Time) (int64, error) {
 		if err := ctx.Err(); err != nil {
 			return total, err
 		}
-		res, err := b.db.ExecContext(ctx, b.q.purge, b.d.Time(before), b.batch)
+		res, err := b.exec(ctx, b.q.purge, b.d.Time(before), b.batch)
 		if err != nil {
 			return total, fmt.Errorf("sqlinbox: purge: %w", sqldialect.Classify(err))
 		}
@@ -107,6 +114,15 @@ func (b *Inbox) Purge(ctx context.Context, before time.Time) (int64, error) {
 			return total, nil
 		}
 	}
+}
+
+// exec runs one writing statement (see sqldialect.Dialect.Write).
+func (b *Inbox) exec(ctx context.Context, query string, args ...any) (res sql.Result, err error) {
+	err = b.d.Write(ctx, b.db, func() error {
+		res, err = b.db.ExecContext(ctx, query, args...)
+		return err
+	})
+	return res, err
 }
 
 // errUnchanged says an UPDATE matched no row.

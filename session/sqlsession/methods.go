@@ -90,9 +90,11 @@ func (s *Store) Create(ctx context.Context, key session.Key, state json.RawMessa
 	}
 	now := time.Now()
 	for range createTries {
-		var id int64
-		err := s.db.QueryRowContext(ctx, s.q.create, key.App, key.Conversation, key.User,
-			sqldialect.Bytes(state), s.d.Time(now)).Scan(&id)
+		err := s.d.Write(ctx, s.db, func() error {
+			var id int64
+			return s.db.QueryRowContext(ctx, s.q.create, key.App, key.Conversation, key.User,
+				sqldialect.Bytes(state), s.d.Time(now)).Scan(&id)
+		})
 		if err == nil {
 			at := sqldialect.StoredTime(now)
 			return session.Session{Key: key, State: nilIfEmpty(bytes.Clone(state)), CreatedAt: at, UpdatedAt: at}, nil
