@@ -1,0 +1,62 @@
+// Package chatcompletion is a turn.ModelClient for servers that speak OpenAI's
+// chat-completions protocol: Ollama, vLLM, the llama.cpp server, OpenAI itself and the many
+// gateways that copy it. It is built on the official SDK, github.com/openai/openai-go/v3.
+//
+// # One turn
+//
+// Respond sends one POST to BaseURL + "/chat/completions" with these messages, in order:
+//
+//  1. Config.SystemPrompt as a system message, when it is set;
+//  2. the session's recent events (turn.Input.Session.Events, oldest first), one message each;
+//  3. the request's text (turn.Input.Request.Text) as the final user message.
+//
+// A history event becomes a message by its Author:
+//
+//	"user"       user message, Text as is
+//	"assistant"  assistant message, Text as is ("" too: the Runner's default author)
+//	"system"     system message, Text as is, in its place in the history
+//	anything else, "tool" included:
+//	             user message "[author] Text"
+//
+// Events with an empty Text (a tool call kept only in Data, say) are skipped. The protocol's
+// own "tool" role needs the id of an assistant tool call that precedes it, which a session
+// event does not carry in a portable form; sending tool output as a labelled user message keeps
+// it in the model's context without giving it the authority of the model's own words. A host
+// that wants another mapping writes its own ModelClient around the SDK; this one is small.
+// Some chat templates (served by vLLM or llama.cpp) reject a system message that is not first:
+// keep "system" events out of the history for those models.
+//
+// The first choice of the reply becomes one event, Author "assistant", Text the message
+// content, Data a JSON ReplyData (model, finish_reason, token usage). A reply without choices,
+// or whose first choice has neither content nor refusal, is a failed attempt.
+//
+// # Errors and retries
+//
+// The SDK's own retries are off: turnstile's consumer owns retries and rate-limit pauses, and
+// an SDK retry inside a turn would spend the whole-turn deadline while the partition waits.
+// Respond maps the outcome of its single HTTP request onto turnstile's error kinds
+// (turn.Classify):
+//
+//	HTTP 429                      turn.RetryAfter(d, err): pause, no attempt spent. d comes
+//	                              from retry-after-ms, else Retry-After (delay-seconds or an
+//	                              HTTP-date, RFC 9110 section 10.2.3); 0 when absent, which
+//	                              leaves the delay to the consumer's backoff.
+//	HTTP 408, 409                 plain error: a failed attempt (timeout; conflict, which
+//	                              OpenAI's SDKs retry too)
+//	other HTTP 4xx                turn.Permanent(err): dead-lettered at once. A 4xx that says
+//	                              "x-should-retry: true" is a failed attempt instead.
+//	HTTP 5xx, network errors      plain error: a failed attempt
+//	Config.Timeout or the         ErrTimeout: a failed attempt
+//	HTTPClient's Timeout expired
+//	ctx ended                     the context's error, unchanged: the caller abandoned the turn
+//
+// The split follows OpenAI's error codes guide (https://platform.openai.com/docs/guides/error-codes):
+// 400, 401, 403, 404 and 422 describe a request or a setup that sending again cannot fix, 429
+// is a rate limit, 5xx and 503 "slow down" are the server's trouble. Two consequences a host
+// should know: a wrong API key (401) or model name (404) dead-letters every request until it
+// is fixed, so check the configuration at start-up; and OpenAI's 429 "insufficient_quota"
+// pauses the consumer like any rate limit (nothing is dead-lettered while the bill is unpaid).
+//
+// Errors carrying an HTTP status wrap the SDK's *openai.Error, so errors.As reaches its
+// StatusCode, Code, Message and Response.
+package chatcompletion

@@ -1,0 +1,160 @@
+package chatcompletion
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+
+	"github.com/turnstile-go/turnstile/turn"
+)
+
+// maxMessageBytes bounds the server's error message quoted in an error, which may end up in a
+// dead-letter header.
+const maxMessageBytes = 300
+
+// mapError turns the SDK's error of one request into one turnstile's Classify understands.
+// ctx is the caller's context; raw is the HTTP response, when one arrived.
+func (c *Client) mapError(ctx context.Context, err error, raw *http.Response) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		// The caller abandoned the turn; whatever the server said no longer matters.
+		if errors.Is(err, ctxErr) {
+			return err
+		}
+		return fmt.Errorf("%w: %w", ctxErr, err)
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		// Config.Timeout or the HTTP client's Timeout, not the caller: flatten the context
+		// error with %v so that Classify counts an attempt instead of an abandoned turn.
+		return fmt.Errorf("%w (model %s): %v", ErrTimeout, c.cfg.Model, err)
+	}
+
+	var apiErr *openai.Error
+	var resp *http.Response
+	switch {
+	case errors.As(err, &apiErr):
+		resp = apiErr.Response
+	case raw != nil && raw.StatusCode >= 400:
+		// The SDK could not decode the error body (Ollama's {"error":"..."}, say) and returned
+		// the decoding error instead of an *openai.Error.
+		resp = raw
+		err = fmt.Errorf("HTTP %d %s: %w", raw.StatusCode, http.StatusText(raw.StatusCode), err)
+	}
+	if resp == nil {
+		return fmt.Errorf("chatcompletion: model %s: %w", c.cfg.Model, err)
+	}
+	err = fmt.Errorf("chatcompletion: model %s: %w%s", c.cfg.Model, err, serverMessage(apiErr, resp))
+	switch status := resp.StatusCode; {
+	case status == http.StatusTooManyRequests:
+		return turn.RetryAfter(RetryAfter(resp.Header, time.Now()), err)
+	case status == http.StatusRequestTimeout, status == http.StatusConflict:
+		return err
+	case status >= 400 && status < 500:
+		if strings.EqualFold(resp.Header.Get("X-Should-Retry"), "true") {
+			return err
+		}
+		return turn.Permanent(err)
+	}
+	return err
+}
+
+// serverMessage returns ": message" with the server's explanation of an error response,
+// bounded, or "". The SDK's *openai.Error prints only the status, and finds the message only
+// in OpenAI's {"error":{"message":...}} shape; other servers put it elsewhere.
+func serverMessage(apiErr *openai.Error, resp *http.Response) string {
+	msg := ""
+	if apiErr != nil {
+		msg = apiErr.Message
+	}
+	if strings.TrimSpace(msg) == "" {
+		msg = bodyMessage(resp)
+	}
+	msg = strings.Join(strings.Fields(msg), " ")
+	if msg == "" {
+		return ""
+	}
+	if len(msg) > maxMessageBytes {
+		msg = strings.ToValidUTF8(msg[:maxMessageBytes], "") + "..."
+	}
+	return ": " + msg
+}
+
+// bodyMessage finds the message in an error body: {"error":"..."} (Ollama's native errors),
+// {"message":"..."} (vLLM), {"error":{"message":...}}, or a text/plain body. The SDK has read
+// the body into memory; it is put back for the caller's own diagnostics.
+func bodyMessage(resp *http.Response) string {
+	if resp == nil || resp.Body == nil {
+		return ""
+	}
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	resp.Body = io.NopCloser(bytes.NewReader(data))
+	var body struct {
+		Error   json.RawMessage `json:"error"`
+		Message string          `json:"message"`
+	}
+	if json.Unmarshal(data, &body) == nil {
+		var nested struct {
+			Message string `json:"message"`
+		}
+		var flat string
+		switch {
+		case json.Unmarshal(body.Error, &flat) == nil && flat != "":
+			return flat
+		case json.Unmarshal(body.Error, &nested) == nil && nested.Message != "":
+			return nested.Message
+		}
+		return body.Message
+	}
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "text/plain" {
+		return string(data)
+	}
+	return ""
+}
+
+// RetryAfter returns how long a 429 (or 503) response asks the client to wait, from its
+// headers, measured from now; 0 when it names no delay or a time already past.
+//
+// It reads "retry-after-ms" first (milliseconds, a decimal number; OpenAI and its SDKs use it
+// for sub-second limits), then "Retry-After" (RFC 9110, section 10.2.3): either delay-seconds
+// (a decimal integer; a fraction is accepted too) or an HTTP-date in any of the three formats
+// RFC 9110 section 5.6.7 lets a recipient parse. Malformed or negative values are ignored.
+// A delay too large for a time.Duration saturates at the largest one.
+func RetryAfter(h http.Header, now time.Time) time.Duration {
+	if d, ok := parseDelay(h.Get("Retry-After-Ms"), time.Millisecond); ok {
+		return d
+	}
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if d, ok := parseDelay(v, time.Second); ok {
+		return d
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(t.Sub(now), 0)
+	}
+	return 0
+}
+
+// parseDelay parses a non-negative decimal number of units.
+func parseDelay(v string, unit time.Duration) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" || strings.Trim(v, "0123456789.") != "" {
+		return 0, false // not a plain decimal: no signs, exponents, "inf" or hex
+	}
+	n, err := strconv.ParseFloat(v, 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		return 0, false
+	}
+	if d := n * float64(unit); d < float64(math.MaxInt64) {
+		return time.Duration(d), true
+	}
+	return time.Duration(math.MaxInt64), true
+}
