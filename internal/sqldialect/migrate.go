@@ -85,14 +85,3 @@ func (d *Dialect) lockKey() int64 {
 	h.Write([]byte("turnstile-migrate:" + d.prefix))
 	return int64(h.Sum64())
 }
-
-// SchemaVersion returns the version component is at: 0 when it was never migrated. It fails
-// when the version table does not exist (no component of the prefix was migrated).
-func (d *Dialect) SchemaVersion(ctx context.Context, db *sql.DB, component string) (int, error) {
-	var v int
-	err := db.QueryRowContext(ctx, d.Query(`SELECT COALESCE(MAX(version), 0) FROM {p}schema_version WHERE component = $1`), component).Scan(&v)
-	if err != nil {
-		return 0, Classify(err)
-	}
-	return v, nil
-}

@@ -15,6 +15,11 @@
 //
 //	file:/var/lib/app/turnstile.db?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)
 //
+// SQLite has one write lock per database. Writes through one *sql.DB also queue in process
+// (a writer slot per *sql.DB), so that a waiting writer starts as soon as the previous one
+// ends instead of sleeping in SQLite's busy handler; writers in other processes wait up to the
+// busy timeout.
+//
 // An in-memory SQLite database lives per connection, and database/sql opens several: use a
 // named shared-cache database, "file:NAME?mode=memory&cache=shared&_pragma=busy_timeout(5000)",
 // and keep one connection open for the life of the store (the database disappears with its
