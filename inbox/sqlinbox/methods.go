@@ -44,7 +44,7 @@ func (b *Inbox) Complete(ctx context.Context, requestID string, result []byte) e
 		return fmt.Errorf("%w: empty request id", inbox.ErrInvalid)
 	}
 	res, err := b.exec(ctx, b.q.complete, requestID, sqldialect.Bytes(result), b.d.Time(time.Now()))
-	if err := b.changed(ctx, "complete", requestID, res, err); !errors.Is(err, errUnchanged) {
+	if err := b.changed("complete", requestID, res, err); !errors.Is(err, errUnchanged) {
 		return err
 	}
 	status, reason, err := b.status(ctx, requestID)
@@ -130,7 +130,7 @@ var errUnchanged = errors.New("no row changed")
 
 // changed returns nil when the UPDATE changed a row, errUnchanged when it changed none, and
 // the classified error when it failed.
-func (b *Inbox) changed(_ context.Context, op, requestID string, res sql.Result, err error) error {
+func (b *Inbox) changed(op, requestID string, res sql.Result, err error) error {
 	if err != nil {
 		return b.fail(op, requestID, err)
 	}
@@ -147,7 +147,7 @@ func (b *Inbox) changed(_ context.Context, op, requestID string, res sql.Result,
 // changedOrExists is changed for updates that are no-ops on entries in a final state: an
 // unchanged row is fine when the entry exists, ErrNotFound when it does not.
 func (b *Inbox) changedOrExists(ctx context.Context, op, requestID string, res sql.Result, err error) error {
-	if err := b.changed(ctx, op, requestID, res, err); !errors.Is(err, errUnchanged) {
+	if err := b.changed(op, requestID, res, err); !errors.Is(err, errUnchanged) {
 		return err
 	}
 	status, _, err := b.status(ctx, requestID)
