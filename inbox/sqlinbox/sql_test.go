@@ -74,7 +74,7 @@ func TestPurgeBatches(t *testing.T) {
 // requests at once; every delivery counts once.
 func TestMembersBeginConcurrently(t *testing.T) {
 	t.Parallel()
-	for _, db := range []sqltest.DB{sqltest.DBs[0], sqltest.DBs[2]} {
+	for _, db := range []sqltest.DB{sqltest.SQLiteFileDB, sqltest.PostgresDB} {
 		t.Run(db.Name, func(t *testing.T) {
 			t.Parallel()
 			first, sqlDB := newInbox(t, db, sqlinbox.Options{})

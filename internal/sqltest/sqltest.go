@@ -156,9 +156,11 @@ type DB struct {
 	Open func(t testing.TB) *sql.DB
 }
 
-// DBs lists the databases every SQL store test runs on.
-var DBs = []DB{
-	{Name: "sqlite-file", Open: SQLiteFile},
-	{Name: "sqlite-memory", Open: SQLiteMemory},
-	{Name: "postgres", Postgres: true, Open: Postgres},
-}
+// The databases every SQL store test runs on.
+var (
+	SQLiteFileDB   = DB{Name: "sqlite-file", Open: SQLiteFile}
+	SQLiteMemoryDB = DB{Name: "sqlite-memory", Open: SQLiteMemory}
+	PostgresDB     = DB{Name: "postgres", Postgres: true, Open: Postgres}
+	// DBs lists them all.
+	DBs = []DB{SQLiteFileDB, SQLiteMemoryDB, PostgresDB}
+)

@@ -19,7 +19,7 @@ import (
 
 // benchDBs are the databases the benchmarks compare: the in-memory SQLite is left out, as no
 // one runs turnstile's durable stores on it.
-var benchDBs = []sqltest.DB{sqltest.DBs[0], sqltest.DBs[2]}
+var benchDBs = []sqltest.DB{sqltest.SQLiteFileDB, sqltest.PostgresDB}
 
 // BenchmarkTurn measures a full turn's store work, as turn.Runner does it: inbox Begin,
 // session Get (recent 20), Append (a user message and an answer), inbox Complete. Each of

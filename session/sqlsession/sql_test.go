@@ -245,8 +245,7 @@ func TestPostgresKilledMidAppend(t *testing.T) {
 		stage := c.stage
 		t.Run(fmt.Sprintf("%s/in-flight=%v", c.stage, c.inFlight), func(t *testing.T) {
 			t.Parallel()
-			pg := sqltest.DBs[2]
-			require.True(t, pg.Postgres)
+			pg := sqltest.PostgresDB
 			s, sqlDB := newStore(t, pg)
 			ctx := context.Background()
 			key := newKey(t)
