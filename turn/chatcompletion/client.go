@@ -153,11 +153,14 @@ type ReplyData struct {
 	Usage Usage `json:"usage"`
 }
 
-// Usage counts tokens.
+// Usage counts the tokens of one request, as the server's tokenizer counts them.
 type Usage struct {
-	PromptTokens     int64 `json:"prompt_tokens"`
+	// PromptTokens counts the tokens of the messages sent, history and system prompt included.
+	PromptTokens int64 `json:"prompt_tokens"`
+	// CompletionTokens counts the tokens of the reply.
 	CompletionTokens int64 `json:"completion_tokens"`
-	TotalTokens      int64 `json:"total_tokens"`
+	// TotalTokens is their sum, as the server reports it.
+	TotalTokens int64 `json:"total_tokens"`
 }
 
 // Respond sends the turn's messages (see the package doc for their order and mapping) and
@@ -196,11 +199,11 @@ func (c *Client) Respond(ctx context.Context, in turn.Input) (turn.Output, error
 	if text == "" {
 		return turn.Output{}, fmt.Errorf("chatcompletion: model %s: empty reply (finish_reason %q)", c.cfg.Model, choice.FinishReason)
 	}
-	raw2, err := json.Marshal(data)
+	encoded, err := json.Marshal(data)
 	if err != nil {
 		return turn.Output{}, fmt.Errorf("chatcompletion: encode reply data: %w", err)
 	}
-	return turn.Output{Events: []session.Event{{Author: "assistant", Text: text, Data: raw2}}}, nil
+	return turn.Output{Events: []session.Event{{Author: "assistant", Text: text, Data: encoded}}}, nil
 }
 
 // params builds the request body of one turn.

@@ -3,7 +3,6 @@ package chatcompletion_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -294,6 +293,9 @@ func TestRespondStatusKinds(t *testing.T) {
 		// A plain-text body, as a proxy in front of the server may send.
 		{status: 400, body: "bad request", want: turn.KindPermanent},
 		{status: 500, body: "", want: turn.KindAttempt},
+		// Ollama's native error shape, which the SDK cannot decode into its *openai.Error.
+		{status: 404, body: `{"error":"model \"nope\" not found"}`, want: turn.KindPermanent},
+		{status: 429, body: `{"error":"slow down"}`, headers: []string{"Retry-After", "1"}, want: turn.KindRateLimited},
 	}
 	for i, tc := range cases {
 		t.Run(fmt.Sprintf("%d_%d", i, tc.status), func(t *testing.T) {
@@ -305,9 +307,8 @@ func TestRespondStatusKinds(t *testing.T) {
 			require.Contains(t, err.Error(), fmt.Sprint(tc.status))
 			require.Contains(t, err.Error(), "test-model")
 			var apiErr *openai.Error
-			if errors.As(err, &apiErr) {
-				require.Equal(t, tc.status, apiErr.StatusCode)
-			}
+			require.ErrorAs(t, err, &apiErr)
+			require.Equal(t, tc.status, apiErr.StatusCode)
 			require.Len(t, f.requests(), 1, "the SDK must not retry")
 		})
 	}

@@ -40,21 +40,22 @@ func (c *Client) mapError(ctx context.Context, err error, raw *http.Response) er
 	}
 
 	var apiErr *openai.Error
-	var resp *http.Response
-	switch {
-	case errors.As(err, &apiErr):
-		resp = apiErr.Response
-	case raw != nil && raw.StatusCode >= 400:
-		// The SDK could not decode the error body (Ollama's {"error":"..."}, say) and returned
-		// the decoding error instead of an *openai.Error.
-		resp = raw
-		err = fmt.Errorf("HTTP %d %s: %w", raw.StatusCode, http.StatusText(raw.StatusCode), err)
+	if !errors.As(err, &apiErr) {
+		if raw == nil || raw.StatusCode < 400 {
+			return fmt.Errorf("chatcompletion: model %s: %w", c.cfg.Model, err)
+		}
+		// The SDK could not decode the error body (Ollama's native {"error":"..."}, say) and
+		// returned the decoding error; build the *openai.Error it would have returned, so
+		// that callers see one error type for every HTTP status.
+		apiErr = &openai.Error{StatusCode: raw.StatusCode, Request: raw.Request, Response: raw, Message: bodyMessage(raw)}
+		err = apiErr
 	}
-	if resp == nil {
-		return fmt.Errorf("chatcompletion: model %s: %w", c.cfg.Model, err)
+	resp := apiErr.Response
+	if resp == nil { // not from the SDK's HTTP path; nothing more to read
+		resp = &http.Response{StatusCode: apiErr.StatusCode, Header: http.Header{}}
 	}
 	err = fmt.Errorf("chatcompletion: model %s: %w%s", c.cfg.Model, err, serverMessage(apiErr, resp))
-	switch status := resp.StatusCode; {
+	switch status := apiErr.StatusCode; {
 	case status == http.StatusTooManyRequests:
 		return turn.RetryAfter(RetryAfter(resp.Header, time.Now()), err)
 	case status == http.StatusRequestTimeout, status == http.StatusConflict:
@@ -90,13 +91,13 @@ func serverMessage(apiErr *openai.Error, resp *http.Response) string {
 }
 
 // bodyMessage finds the message in an error body: {"error":"..."} (Ollama's native errors),
-// {"message":"..."} (vLLM), {"error":{"message":...}}, or a text/plain body. The SDK has read
-// the body into memory; it is put back for the caller's own diagnostics.
+// {"message":"..."} (vLLM), {"error":{"message":...}}, or a text/plain body. The SDK has
+// already read the body into memory; it is put back for the caller's own diagnostics.
 func bodyMessage(resp *http.Response) string {
 	if resp == nil || resp.Body == nil {
 		return ""
 	}
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	data, _ := io.ReadAll(resp.Body)
 	resp.Body = io.NopCloser(bytes.NewReader(data))
 	var body struct {
 		Error   json.RawMessage `json:"error"`
