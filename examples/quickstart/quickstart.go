@@ -1,0 +1,307 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/turnstile-go/turnstile/internal/embedkafka"
+)
+
+// Topic names and partition counts of the quickstart.
+const (
+	RequestsTopic   = "agent.requests"
+	ResultsTopic    = "agent.results"
+	DeadLetterTopic = "agent.requests.dlq"
+	// Partitions is the partition count of the three topics the quickstart creates; results
+	// and dead letters are co-partitioned with the requests.
+	Partitions = 12
+)
+
+// Defaults of Config.
+const (
+	DefaultRequests      = 2000
+	DefaultConversations = 200
+	DefaultModelDelay    = 2 * time.Millisecond
+	DefaultRate          = 400
+	DefaultTimeout       = 5 * time.Minute
+)
+
+// Config configures one run of the quickstart. The zero value is the default run: an embedded
+// broker, SQLite in a temporary directory, 2,000 requests over 200 conversations.
+type Config struct {
+	// Brokers names a real Kafka cluster; empty starts an embedded kfake broker.
+	Brokers []string
+	// Postgres is a PostgreSQL DSN for the stores; empty uses SQLite.
+	Postgres string
+	// DBPath is the SQLite database file; empty puts one in a temporary directory that the
+	// run removes.
+	DBPath string
+	// TablePrefix is the stores' table prefix; empty is the stores' default.
+	TablePrefix string
+	// Requests and Conversations size the workload: Requests spread evenly over Conversations.
+	Requests, Conversations int
+	// ModelDelay is how long the demo model thinks per turn; default DefaultModelDelay, a
+	// negative value means none.
+	ModelDelay time.Duration
+	// Rate is how many requests per second the producer sends, so that latency measures the
+	// turns rather than a queue; default DefaultRate, a negative value means as fast as the
+	// broker takes them.
+	Rate float64
+	// NoRebalance skips the member change halfway through.
+	NoRebalance bool
+	// Timeout bounds the wait for every request's outcome; default DefaultTimeout.
+	Timeout time.Duration
+	// Logger gets the consumers' and runners' logs; default: discarded.
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.Requests == 0 {
+		c.Requests = DefaultRequests
+	}
+	if c.Conversations == 0 {
+		c.Conversations = DefaultConversations
+	}
+	if c.ModelDelay == 0 {
+		c.ModelDelay = DefaultModelDelay
+	}
+	if c.Rate == 0 {
+		c.Rate = DefaultRate
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Requests < 1:
+		return fmt.Errorf("Requests: %d, want at least 1", c.Requests)
+	case c.Conversations < 1 || c.Conversations > c.Requests:
+		return fmt.Errorf("Conversations: %d, want 1 to Requests (%d)", c.Conversations, c.Requests)
+	case c.Postgres != "" && c.DBPath != "":
+		return errors.New("DBPath and Postgres: give one of them")
+	}
+	return nil
+}
+
+// Summary is what a run saw and checked.
+type Summary struct {
+	// Requests is the number of requests produced, over Conversations conversations.
+	Requests, Conversations int
+	// Turns counts the turns in the session histories; ModelCalls the demo model's calls,
+	// which exceed Turns by the turns redone after a rebalance.
+	Turns      int
+	ModelCalls int64
+	// Results counts the distinct request ids on the results topic; ResultRecords all its
+	// records of this run, so ResultRecords-Results repeated a request id.
+	Results, ResultRecords int
+	// Replayed counts results the members republished from the inbox instead of running a turn.
+	Replayed int64
+	// DeadLetters counts the records of this run on the dead-letter topic.
+	DeadLetters int
+	// P50 and P99 are percentiles of the time from producing a request to reading its result.
+	P50, P99 time.Duration
+	// Rebalance says what happened at the member change, or is empty when none was made.
+	Rebalance string
+	// Elapsed is the run's wall time, from the first request produced to the last outcome read.
+	Elapsed time.Duration
+	// Checks are the run's checks, in order.
+	Checks []Check
+}
+
+// DuplicatesSuppressed counts the deliveries that did not become a second answer: result
+// records whose request id repeats (a reader dedups them on the request-id header) plus
+// replays from the inbox (a redelivered request that was done already).
+func (s Summary) DuplicatesSuppressed() int64 {
+	return int64(s.ResultRecords-s.Results) + s.Replayed
+}
+
+// OK reports whether every check passed.
+func (s Summary) OK() bool {
+	for _, c := range s.Checks {
+		if !c.OK {
+			return false
+		}
+	}
+	return len(s.Checks) > 0
+}
+
+// Check is one PASS/FAIL line of the summary.
+type Check struct {
+	// Name says what was checked.
+	Name string
+	// OK is true when the check passed.
+	OK bool
+	// Detail gives the evidence: counts, or the first offender.
+	Detail string
+}
+
+// run is the quickstart: it sets up Kafka and the stores, runs the members, produces the
+// workload, waits for every outcome, checks them and prints the summary to stdout, with a
+// progress line on stderr. The error is for a run that could not finish (a broker or database
+// out of reach, ctx ended, the timeout passed); failed checks are in the Summary.
+func run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (Summary, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return Summary{}, fmt.Errorf("quickstart: %w", err)
+	}
+	runID := newRunID()
+	brokers, where, closeKafka, err := startKafka(ctx, cfg)
+	if err != nil {
+		return Summary{}, err
+	}
+	defer closeKafka()
+	st, err := openStores(ctx, cfg)
+	if err != nil {
+		return Summary{}, err
+	}
+	defer st.close()
+	fmt.Fprintf(stdout, "turnstile quickstart: %d requests over %d conversations; Kafka at %s (%s); stores: %s\n",
+		cfg.Requests, cfg.Conversations, strings.Join(brokers, ","), where, st.where)
+
+	group := "turnstile-quickstart-" + runID
+	if len(cfg.Brokers) > 0 {
+		// A real cluster keeps earlier runs' records: start this run's group at the end.
+		if err := pinGroupAtEnd(brokers, group, RequestsTopic); err != nil {
+			return Summary{}, err
+		}
+	}
+	w, err := newWatcher(brokers)
+	if err != nil {
+		return Summary{}, err
+	}
+	defer w.close()
+
+	wl := newWorkload(runID, cfg.Requests, cfg.Conversations)
+	model := &demoModel{delay: cfg.ModelDelay}
+	fleet := &fleet{brokers: brokers, group: group, stores: st, model: model, log: cfg.Logger}
+	defer fleet.stopAll()
+	for range 2 {
+		if err := fleet.start(); err != nil {
+			return Summary{}, err
+		}
+	}
+
+	start := time.Now()
+	prodCtx, cancelProd := context.WithCancel(ctx)
+	defer cancelProd()
+	prod := &producer{rate: cfg.Rate}
+	prodDone := make(chan error, 1)
+	go func() { prodDone <- prod.run(prodCtx, brokers, wl) }()
+
+	rebalance, err := wait(ctx, cfg, wl, prod, prodDone, w, fleet, stderr, start)
+	elapsed := time.Since(start)
+	if err != nil {
+		return Summary{}, err
+	}
+	fleet.stopAll()
+
+	sum := Summary{
+		Requests: cfg.Requests, Conversations: cfg.Conversations, ModelCalls: model.calls.Load(),
+		Rebalance: rebalance, Elapsed: elapsed,
+	}
+	if err := check(ctx, &sum, wl, prod, w, fleet, st); err != nil {
+		return Summary{}, err
+	}
+	sum.print(stdout)
+	return sum, nil
+}
+
+// wait watches the run until every request has an outcome, making the member change
+// halfway, and keeps the progress line up to date. It returns what the member change did.
+func wait(ctx context.Context, cfg Config, wl *workload, prod *producer, prodDone <-chan error,
+	w *watcher, fl *fleet, stderr io.Writer, start time.Time) (string, error) {
+	pl := newProgressLine(stderr)
+	defer pl.finish()
+	deadline := time.NewTimer(cfg.Timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(pl.every)
+	defer tick.Stop()
+
+	var (
+		mu        sync.Mutex
+		rebalance string
+		changing  sync.WaitGroup
+		changed   = cfg.NoRebalance
+	)
+	defer changing.Wait()
+	for {
+		if err := fl.failed(); err != nil {
+			return "", err
+		}
+		results, dead := w.counts()
+		if !changed && results >= cfg.Requests/2 {
+			changed = true
+			changing.Go(func() {
+				msg := fl.replace(results)
+				mu.Lock()
+				rebalance = msg
+				mu.Unlock()
+				pl.note(msg)
+			})
+		}
+		pl.show(fmt.Sprintf("produced %d/%d  results %d  dead letters %d  members %s  %.1fs",
+			prod.sent.Load(), cfg.Requests, results, dead, fl.describe(), time.Since(start).Seconds()))
+		if results+dead >= cfg.Requests {
+			changing.Wait()
+			mu.Lock()
+			defer mu.Unlock()
+			return rebalance, nil
+		}
+		select {
+		case err := <-prodDone:
+			if err != nil {
+				return "", err
+			}
+			prodDone = nil
+		case <-w.changed:
+		case <-tick.C:
+		case <-deadline.C:
+			return "", fmt.Errorf("quickstart: %d of %d requests have an outcome after %s", results+dead, cfg.Requests, cfg.Timeout)
+		case <-ctx.Done():
+			return "", fmt.Errorf("quickstart: interrupted: %w", ctx.Err())
+		}
+	}
+}
+
+func newRunID() string {
+	var b [3]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand documents it)
+	return hex.EncodeToString(b[:])
+}
+
+// startKafka returns the brokers to use, a description and a function that releases them:
+// the configured cluster, or an embedded one. Either way the topics exist when it returns.
+func startKafka(ctx context.Context, cfg Config) (brokers []string, where string, closeFn func(), err error) {
+	brokers, where, closeFn = cfg.Brokers, "external", func() {}
+	if len(brokers) == 0 {
+		kc, err := embedkafka.Start(embedkafka.Options{})
+		if err != nil {
+			return nil, "", nil, err
+		}
+		brokers, where, closeFn = kc.Brokers(), "embedded kfake", kc.Close
+	}
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err = embedkafka.CreateTopics(tctx, brokers, saramaConfig(),
+		embedkafka.Topic{Name: RequestsTopic, Partitions: Partitions},
+		embedkafka.Topic{Name: ResultsTopic, Partitions: Partitions},
+		embedkafka.Topic{Name: DeadLetterTopic, Partitions: Partitions})
+	if err != nil {
+		closeFn()
+		return nil, "", nil, err
+	}
+	return brokers, where, closeFn, nil
+}
