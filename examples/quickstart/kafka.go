@@ -242,6 +242,7 @@ func headers(m *sarama.ConsumerMessage) map[string]string {
 // pinGroupAtEnd commits the current end of every partition of topic for group, before any
 // member joins, so that the group starts with this run's records instead of replaying the
 // records earlier runs left on a real cluster (a group without commits starts at the oldest).
+// It commits as an admin tool does, outside any generation (GroupGenerationUndefined).
 func pinGroupAtEnd(brokers []string, group, topic string) error {
 	client, err := sarama.NewClient(brokers, saramaConfig())
 	if err != nil {
@@ -252,45 +253,38 @@ func pinGroupAtEnd(brokers []string, group, topic string) error {
 	if err != nil {
 		return fmt.Errorf("quickstart: partitions of %s: %w", topic, err)
 	}
-	om, err := sarama.NewOffsetManagerFromClient(group, client)
-	if err != nil {
-		return fmt.Errorf("quickstart: offset manager for %s: %w", group, err)
+	commit := &sarama.OffsetCommitRequest{
+		Version: 2, ConsumerGroup: group, ConsumerGroupGeneration: sarama.GroupGenerationUndefined, RetentionTime: -1,
 	}
+	fetch := &sarama.OffsetFetchRequest{Version: 1, ConsumerGroup: group}
 	want := make(map[int32]int64, len(parts))
 	for _, p := range parts {
 		end, err := client.GetOffset(topic, p, sarama.OffsetNewest)
 		if err != nil {
-			om.Close()
 			return fmt.Errorf("quickstart: end of %s/%d: %w", topic, p, err)
 		}
-		pom, err := om.ManagePartition(topic, p)
-		if err != nil {
-			om.Close()
-			return fmt.Errorf("quickstart: manage %s/%d: %w", topic, p, err)
-		}
-		pom.MarkOffset(end, "")
+		commit.AddBlock(topic, p, end, 0, "")
+		fetch.AddPartition(topic, p)
 		want[p] = end
-	}
-	om.Commit()
-	if err := om.Close(); err != nil {
-		return fmt.Errorf("quickstart: commit start offsets of %s: %w", group, err)
 	}
 	coordinator, err := client.Coordinator(group)
 	if err != nil {
 		return fmt.Errorf("quickstart: coordinator of %s: %w", group, err)
 	}
-	req := &sarama.OffsetFetchRequest{Version: 1, ConsumerGroup: group}
-	for _, p := range parts {
-		req.AddPartition(topic, p)
+	cresp, err := coordinator.CommitOffset(commit)
+	if err != nil {
+		return fmt.Errorf("quickstart: commit start offsets of %s: %w", group, err)
 	}
-	resp, err := coordinator.FetchOffset(req)
+	fresp, err := coordinator.FetchOffset(fetch)
 	if err != nil {
 		return fmt.Errorf("quickstart: check start offsets of %s: %w", group, err)
 	}
 	var errs []error
 	for p, end := range want {
-		if b := resp.GetBlock(topic, p); b == nil || b.Offset != end {
-			errs = append(errs, fmt.Errorf("partition %d: committed %v, want %d", p, b, end))
+		if kerr := cresp.Errors[topic][p]; kerr != sarama.ErrNoError {
+			errs = append(errs, fmt.Errorf("partition %d: %w", p, kerr))
+		} else if b := fresp.GetBlock(topic, p); b == nil || b.Offset != end {
+			errs = append(errs, fmt.Errorf("partition %d: committed %+v, want %d", p, b, end))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/turnstile-go/turnstile/internal/embedkafka"
+	"github.com/turnstile-go/turnstile/internal/kafkatest"
+	"github.com/turnstile-go/turnstile/internal/sqltest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, kafkatest.LeakOptions()...) }
+
+// runSmall runs the quickstart with a small workload and returns its summary, failing the
+// test when the run breaks off. The output goes to the test log.
+func runSmall(t *testing.T, cfg Config) Summary {
+	t.Helper()
+	cfg.Requests, cfg.Conversations = 200, 20
+	cfg.Rate = 1000
+	cfg.Timeout = 2 * time.Minute
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	sum, err := run(ctx, cfg, &stdout, &stderr)
+	t.Logf("stdout:\n%s\nstderr:\n%s", &stdout, &stderr)
+	require.NoError(t, err)
+	require.Contains(t, stdout.String(), "checks")
+	return sum
+}
+
+// requireChecks asserts the summary's checks and the counts behind them.
+func requireChecks(t *testing.T, sum Summary) {
+	t.Helper()
+	names := make([]string, 0, len(sum.Checks))
+	for _, c := range sum.Checks {
+		names = append(names, c.Name)
+		require.True(t, c.OK, "check %q failed: %s", c.Name, c.Detail)
+	}
+	require.Equal(t, []string{
+		"0 lost: every request has a result",
+		"0 duplicate turns: every request is in its session history once",
+		"each conversation's history is in order",
+		"replies show earlier context",
+	}, names)
+	require.True(t, sum.OK())
+	require.Equal(t, sum.Requests, sum.Results, "one result per request")
+	require.Equal(t, sum.Requests, sum.Turns, "one turn per request")
+	require.Zero(t, sum.DeadLetters)
+	require.GreaterOrEqual(t, sum.ModelCalls, int64(sum.Turns))
+	require.Contains(t, sum.Rebalance, "left the group gracefully")
+	require.Positive(t, sum.P99)
+}
+
+func TestQuickstartOnSQLite(t *testing.T) {
+	t.Parallel()
+	sum := runSmall(t, Config{DBPath: filepath.Join(t.TempDir(), "quickstart.db")})
+	requireChecks(t, sum)
+}
+
+func TestQuickstartOnPostgreSQL(t *testing.T) {
+	t.Parallel()
+	dsn, prefix := postgres(t)
+	sum := runSmall(t, Config{Postgres: dsn, TablePrefix: prefix})
+	requireChecks(t, sum)
+}
+
+// postgres returns the DSN of the tests' PostgreSQL (TURNSTILE_POSTGRES_DSN, or
+// sqltest.DefaultPostgresDSN) and a table prefix of the test's own, whose tables it drops at
+// the end. It skips the test when PostgreSQL cannot be reached, or fails it under CI=true.
+// (sqltest.Postgres does the same with a pool it never closes, which goleak would report.)
+func postgres(t *testing.T) (dsn, prefix string) {
+	t.Helper()
+	dsn, prefix = sqltest.PostgresDSN(), "qs"+sqltest.ID(t)[:12]+"_"
+	db, err := sql.Open("pgx", dsn)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		msg := fmt.Sprintf("PostgreSQL unreachable at %s (set TURNSTILE_POSTGRES_DSN): %v", dsn, err)
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	t.Cleanup(func() {
+		sqltest.DropTables(t, db, prefix)
+		db.Close()
+	})
+	return dsn, prefix
+}
+
+// TestQuickstartOnExistingBrokersStartsAtTheEnd runs the quickstart twice against one cluster,
+// as -brokers does: the second run finds the topics there, and its group starts at their end,
+// so it neither replays nor counts the first run's records.
+func TestQuickstartOnExistingBrokersStartsAtTheEnd(t *testing.T) {
+	t.Parallel()
+	kc, err := embedkafka.Start(embedkafka.Options{})
+	require.NoError(t, err)
+	t.Cleanup(kc.Close)
+	db := filepath.Join(t.TempDir(), "quickstart.db")
+	for range 2 {
+		sum := runSmall(t, Config{Brokers: kc.Brokers(), DBPath: db})
+		requireChecks(t, sum)
+		require.Equal(t, sum.Requests, sum.ResultRecords, "only this run's results, none repeated")
+		require.EqualValues(t, sum.Requests, sum.ModelCalls, "no record of the earlier run was served")
+	}
+}
+
+func TestFlags(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 2, realMain([]string{"-requests", "many"}, &stdout, &stderr))
+	require.Contains(t, stderr.String(), "invalid value")
+	stderr.Reset()
+	require.Equal(t, 2, realMain([]string{"extra"}, &stdout, &stderr))
+	require.Contains(t, stderr.String(), "unexpected arguments")
+	stderr.Reset()
+	require.Equal(t, 1, realMain([]string{"-conversations", "5", "-requests", "3"}, &stdout, &stderr))
+	require.Contains(t, stderr.String(), "Conversations")
+	require.Empty(t, stdout.String())
+}
+
+func TestPercentile(t *testing.T) {
+	t.Parallel()
+	ds := make([]time.Duration, 100)
+	for i := range ds {
+		ds[i] = time.Duration(100-i) * time.Millisecond
+	}
+	require.Equal(t, 50*time.Millisecond, percentile(ds, 50))
+	require.Equal(t, 99*time.Millisecond, percentile(ds, 99))
+	require.Equal(t, time.Duration(0), percentile(nil, 50))
+}
+
+func TestWorkloadInterleavesConversationsInOrder(t *testing.T) {
+	t.Parallel()
+	wl := newWorkload("abc", 103, 10)
+	require.Len(t, wl.order, 103)
+	require.Len(t, wl.convs, 10)
+	seen := map[string]int64{}
+	switches := 0
+	for i, r := range wl.order {
+		seen[r.ConversationID]++
+		require.Equal(t, seen[r.ConversationID], r.Sequence, "a conversation's requests go out in order")
+		require.True(t, strings.HasPrefix(r.ConversationID, "qs-abc-"))
+		if i > 0 && wl.order[i-1].ConversationID != r.ConversationID {
+			switches++
+		}
+	}
+	require.Greater(t, switches, 50, "conversations are interleaved")
+	require.Len(t, wl.byConv[wl.convs[0]], 11)
+	require.Len(t, wl.byConv[wl.convs[9]], 10)
+}
