@@ -1,0 +1,96 @@
+// Command supportinbox plays the worked example of the ADK design note in Go: a support
+// platform whose emails flow through Kafka to a group of agent workers.
+//
+//	go run ./examples/supportinbox
+//
+// agent.requests has 48 partitions, read by a consumer group of 8 members (each runs up to six
+// turns at once, one per partition). Customers write twice, a minute apart: the emails carry
+// created_at times a minute apart and are produced in that order, keyed by conversation, so
+// both emails of a conversation land on one partition and are answered in order. The first
+// email names the order ("charged twice for order A-10123"); the second only asks for the
+// refund, so the agent can answer it only from the session: it reads the first email from
+// the shared SQLite session store, and the order and amount from the session state.
+//
+// What goes wrong, on purpose:
+//
+//   - A member is redeployed mid-turn. The member serving c-7731's second email is stopped
+//     while that turn is in flight, after the refund tool has already asked the (fake)
+//     payment service for a refund. The stop is graceful, as a rolling deploy's: the member
+//     gives its turns a one-second shutdown timeout, cancels the rest, commits what finished
+//     and leaves the group; a replacement member starts. The partition's next owner reads the
+//     email again from the committed offset, the inbox shows it begun but not done, and the
+//     turn runs again. The refund tool passes turn.ToolKey(requestID, "refund") as the
+//     idempotency key, so the payment service returns the first refund instead of paying
+//     twice, and the customer gets one reply.
+//   - One email carries a 6 MB pasted log. The demo model's context window is 1 MiB, so
+//     every attempt fails; the inbox counts the attempts across deliveries, and after the
+//     third the email goes to agent.requests.dlq with the reason in its headers. Its
+//     conversation hashes to c-7731's partition and it arrives between c-7731's two emails,
+//     so the emails behind it show the partition does not stall.
+//
+// Kafka refuses records over 1 MiB by default, and so does turnstile's decoder. To carry the
+// 6 MB email as it is, the example raises every limit on its way, as a host that accepts such
+// emails must: the broker's message.max.bytes and the requests and dead-letter topics'
+// max.message.bytes (8 MiB plus headroom), sarama's Producer.MaxMessageBytes (MaxRecordBytes)
+// for the mail gateway's producer and for the members' results and dead-letter producer (via
+// consumer.Config.Sarama), and turn.Decoder.MaxTextBytes in both consumer.Config.Decoder and
+// turn.Runner.Decoder. Compressing the producer's batches (Producer.Compression) would shrink
+// what the broker stores, a log compresses well, but not what sarama checks against
+// Producer.MaxMessageBytes, which is the uncompressed size; and many hosts would rather store
+// such attachments elsewhere and send a link.
+//
+// The run prints the story, c-7731's conversation as the session store holds it, the dead
+// letters, and checks: one reply per email, each refund issued once, the poison email in the
+// dead-letter topic after 3 attempts with its reason, every second email answered in the
+// context of the first, and the redeployed turn run again elsewhere with one refund and one
+// reply. It exits 0 only if every check passes.
+//
+// Flags: -customers N (default 96), -v to log what the members do (they are quiet otherwise).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// realMain parses the flags and runs the example; it returns the exit code: 0 when every
+// check passed, 1 when one failed or the run broke off, 2 for bad flags.
+func realMain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("supportinbox", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg Config
+	var verbose bool
+	fs.IntVar(&cfg.Customers, "customers", DefaultCustomers, "customers who write twice")
+	fs.BoolVar(&verbose, "v", false, "log the members' info lines")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "supportinbox: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	if verbose {
+		cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := run(ctx, cfg, stdout)
+	if err != nil {
+		fmt.Fprintf(stderr, "supportinbox: %v\n", err)
+		return 1
+	}
+	if !rep.OK() {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/turnstile-go/turnstile/internal/kafkatest"
+	"github.com/turnstile-go/turnstile/turn"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, kafkatest.LeakOptions()...) }
+
+func TestSupportInbox(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	rep, err := run(ctx, Config{Customers: 24, Timeout: 2 * time.Minute}, &out)
+	t.Logf("output:\n%s", &out)
+	require.NoError(t, err)
+
+	names := make([]string, 0, len(rep.Checks))
+	for _, c := range rep.Checks {
+		names = append(names, c.Name)
+		require.True(t, c.OK, "check %q failed: %s", c.Name, c.Detail)
+	}
+	require.Equal(t, []string{
+		"one reply per email",
+		"each refund issued once",
+		"the poison email is in the dead-letter topic after 3 attempts, with its reason",
+		"every second email is answered in the context of the first",
+		"the turn cut by the redeploy ran again elsewhere, with one refund and one reply",
+	}, names)
+	require.True(t, rep.OK())
+	require.Equal(t, 2*24+1, rep.Emails)
+	require.Equal(t, 2*24, rep.Replies)
+	require.Equal(t, 12, rep.Refunds, "every other customer was charged twice")
+	require.Equal(t, 13, rep.RefundCalls, "the redone turn asked again, and got the first refund")
+	require.Len(t, rep.DeadLetters, 1)
+	require.Equal(t, "3", rep.DeadLetters[0].Attempts)
+	require.Greater(t, rep.DeadLetters[0].ValueBytes, DefaultPoisonBytes, "the dead letter carries the email as it came")
+	require.Contains(t, rep.Redeploy, "abandoned mid-turn")
+	require.Contains(t, out.String(), "all checks passed")
+}
+
+func TestPaymentsRefundOncePerKey(t *testing.T) {
+	t.Parallel()
+	p := newPayments()
+	ctx := context.Background()
+	key := turn.ToolKey("0b9c6f55-8a1e-4c56-9a7c-3f1f3d1f2a10", "refund")
+	first, err := p.Refund(ctx, key, "A-1", 500)
+	require.NoError(t, err)
+	again, err := p.Refund(ctx, key, "A-1", 500)
+	require.NoError(t, err)
+	require.Equal(t, first, again, "a repeated key gets the first refund back")
+	other, err := p.Refund(ctx, turn.ToolKey("0b9c6f55-8a1e-4c56-9a7c-3f1f3d1f2a11", "refund"), "A-2", 700)
+	require.NoError(t, err)
+	require.NotEqual(t, first.ID, other.ID)
+	refunds, calls := p.issued()
+	require.Len(t, refunds, 2)
+	require.Equal(t, 3, calls)
+	require.Equal(t, 2, p.callsFor(key))
+	_, err = p.Refund(ctx, "", "A-3", 1)
+	require.ErrorContains(t, err, "idempotency key")
+}
+
+func TestMailbag(t *testing.T) {
+	t.Parallel()
+	mb := newMailbag(30, DefaultPartitions, 2<<20)
+	require.Len(t, mb.order, 61)
+	hero := mb.byConv[Protagonist]
+	require.NotNil(t, hero)
+	require.Equal(t, doubleCharge, hero.issue)
+	require.Equal(t, time.Minute, hero.emails[1].CreatedAt.Sub(hero.emails[0].CreatedAt), "a minute apart")
+	require.NotContains(t, hero.emails[1].Text, hero.order, "only the first email names the order")
+	require.Equal(t, mb.partition[Protagonist], mb.partition[mb.poison.ConversationID])
+	require.Len(t, mb.poison.Text, len("Subject: Checkout broken, full log below\n\nCheckout fails every time. Here is the whole log:\n\n")+2<<20)
+
+	pos := map[string]int{}
+	for i, e := range mb.order {
+		pos[e.ID] = i
+		if i > 0 {
+			require.False(t, e.CreatedAt.Before(mb.order[i-1].CreatedAt), "produced in the order written")
+		}
+	}
+	require.Less(t, pos[hero.emails[0].ID], pos[mb.poison.ID])
+	require.Less(t, pos[mb.poison.ID], pos[hero.emails[1].ID], "the poison sits between the two emails")
+	convs := map[string]bool{}
+	for _, c := range mb.customers {
+		require.False(t, convs[c.conv], "conversation %s used twice", c.conv)
+		convs[c.conv] = true
+		require.True(t, strings.HasPrefix(c.user, "cust-"))
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	for _, cfg := range []Config{{Customers: -1}, {Members: 1}, {Members: 8, Partitions: 4}, {PoisonBytes: 1000}, {PoisonBytes: MaxRecordBytes}} {
+		cfg.setDefaults()
+		require.Error(t, cfg.validate(), "%+v", cfg)
+	}
+	var out, errOut bytes.Buffer
+	require.Equal(t, 2, realMain([]string{"-customers", "x"}, &out, &errOut))
+	require.Equal(t, 1, realMain([]string{"-customers", "-3"}, &out, &errOut))
+	require.Contains(t, errOut.String(), "Customers")
+}
