@@ -102,15 +102,25 @@ func postgres(t *testing.T) (dsn, prefix string) {
 
 // TestQuickstartOnExistingBrokersStartsAtTheEnd runs the quickstart twice against one cluster,
 // as -brokers does: the second run finds the topics there, and its group starts at their end,
-// so it neither replays nor counts the first run's records.
+// so it neither replays nor counts the first run's records. The cluster is the one
+// TURNSTILE_KAFKA_BROKERS names, or an embedded one.
 func TestQuickstartOnExistingBrokersStartsAtTheEnd(t *testing.T) {
 	t.Parallel()
-	kc, err := embedkafka.Start(embedkafka.Options{})
-	require.NoError(t, err)
-	t.Cleanup(kc.Close)
+	var brokers []string
+	for b := range strings.SplitSeq(os.Getenv(kafkatest.EnvBrokers), ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			brokers = append(brokers, b)
+		}
+	}
+	if len(brokers) == 0 {
+		kc, err := embedkafka.Start(embedkafka.Options{})
+		require.NoError(t, err)
+		t.Cleanup(kc.Close)
+		brokers = kc.Brokers()
+	}
 	db := filepath.Join(t.TempDir(), "quickstart.db")
 	for range 2 {
-		sum := runSmall(t, Config{Brokers: kc.Brokers(), DBPath: db})
+		sum := runSmall(t, Config{Brokers: brokers, DBPath: db})
 		requireChecks(t, sum)
 		require.Equal(t, sum.Requests, sum.ResultRecords, "only this run's results, none repeated")
 		require.EqualValues(t, sum.Requests, sum.ModelCalls, "no record of the earlier run was served")
