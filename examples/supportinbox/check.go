@@ -6,6 +6,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/turn"
@@ -185,8 +186,8 @@ func (r Report) print(out io.Writer) {
 			d.Conversation, d.RequestID, d.SourcePartition, d.ValueBytes, d.Attempts, oneLine(d.Reason, 200))
 	}
 	fmt.Fprintf(out, "\nsummary\n")
-	fmt.Fprintf(out, "  %d emails from %d customers, %d replies (%d result records), %d refunds (%d refund requests), %d dead letters, %s\n",
-		r.Emails, r.Customers, r.Replies, r.ReplyRecords, r.Refunds, r.RefundCalls, len(r.DeadLetters), r.Elapsed.Round(10e6))
+	fmt.Fprintf(out, "  %d emails from %d customers, %d replies (%d result records), %d refunds (%d refund requests), %d dead letter(s), %s\n",
+		r.Emails, r.Customers, r.Replies, r.ReplyRecords, r.Refunds, r.RefundCalls, len(r.DeadLetters), r.Elapsed.Round(10*time.Millisecond))
 	if r.Redeploy != "" {
 		fmt.Fprintf(out, "  %s\n", r.Redeploy)
 	}
