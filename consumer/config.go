@@ -34,7 +34,7 @@ type Config struct {
 	// RequestsTopic is the topic of request records, keyed by conversation id.
 	RequestsTopic string
 	// ResultsTopic receives one result record per completed request, keyed like the request.
-	// Required unless the Handler publishes nothing (the Temporal bridge).
+	// Required; a Handler that publishes nothing (returns a nil Result) never writes to it.
 	ResultsTopic string
 	// DeadLetterTopic receives the records that cannot be served, with the reason in headers.
 	DeadLetterTopic string
@@ -72,7 +72,8 @@ type Config struct {
 	// Defaults DefaultRetryBackoff and DefaultMaxRetryBackoff.
 	RetryBackoff    time.Duration
 	MaxRetryBackoff time.Duration
-	// MaxPause caps the pause of all partitions after repeated rate limits. Default DefaultMaxPause.
+	// MaxPause caps the pause of all partitions after a rate limit, whatever delay the model
+	// asked for: after it, one turn per partition probes again. Default DefaultMaxPause.
 	MaxPause time.Duration
 	// Decoder validates request records; its zero value applies turn's default limits.
 	Decoder turn.Decoder
@@ -129,7 +130,8 @@ func (c *Config) Validate() error {
 	if len(c.Brokers) == 0 {
 		errs = append(errs, errors.New("Brokers: empty"))
 	}
-	for name, v := range map[string]string{"GroupID": c.GroupID, "RequestsTopic": c.RequestsTopic, "DeadLetterTopic": c.DeadLetterTopic} {
+	for name, v := range map[string]string{"GroupID": c.GroupID, "RequestsTopic": c.RequestsTopic,
+		"ResultsTopic": c.ResultsTopic, "DeadLetterTopic": c.DeadLetterTopic} {
 		if v == "" {
 			errs = append(errs, fmt.Errorf("%s: empty", name))
 		}

@@ -35,6 +35,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -89,7 +90,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return errors.New("consumer: Run called twice")
 	}
-	client, err := sarama.NewClient(c.cfg.Brokers, c.cfg.groupConfig())
+	client, err := connect(ctx, func() (sarama.Client, error) { return sarama.NewClient(c.cfg.Brokers, c.cfg.groupConfig()) })
 	if err != nil {
 		return fmt.Errorf("consumer: connect to %v: %w", c.cfg.Brokers, err)
 	}
@@ -98,7 +99,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if err := c.refreshPartitions(); err != nil {
 		return err
 	}
-	producer, err := sarama.NewSyncProducer(c.cfg.Brokers, c.cfg.producerConfig(newPartitioner))
+	producer, err := connect(ctx, func() (sarama.SyncProducer, error) {
+		return sarama.NewSyncProducer(c.cfg.Brokers, c.cfg.producerConfig(newPartitioner))
+	})
 	if err != nil {
 		return fmt.Errorf("consumer: start producer: %w", err)
 	}
@@ -130,12 +133,42 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 		bo.Reset()
 	}
-	err = group.Close() // leaves the group, so the partitions move at once
+	// Leaving the group moves the partitions at once; against a hung broker it is bounded.
+	if !within(commitTimeout, func() { err = group.Close() }) {
+		c.log.Warn("leaving the consumer group did not finish in time; continuing", "timeout", commitTimeout)
+		return nil
+	}
 	wg.Wait()
 	if err != nil {
 		c.log.Warn("consumer group close", "err", err)
 	}
 	return nil
+}
+
+// connect runs open (sarama's constructors take no context) and returns early when ctx ends;
+// what open makes after that is closed in the background.
+func connect[T io.Closer](ctx context.Context, open func() (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		v, err := open()
+		ch <- result{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		go func() {
+			if r := <-ch; r.err == nil {
+				_ = r.v.Close()
+			}
+		}()
+		var zero T
+		return zero, ctx.Err()
+	}
 }
 
 func (c *Consumer) refreshPartitions() error {
@@ -187,7 +220,7 @@ func (g groupHandler) Cleanup(sess sarama.ConsumerGroupSession) error {
 		close(cm.stop)
 		<-cm.done
 	}
-	sess.Commit()
+	g.c.commit(sess, g.c.log)
 	return nil
 }
 
@@ -198,13 +231,22 @@ func (g groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim saram
 // consumeClaim feeds one partition's lane until the claim is revoked or the session ends,
 // then stops the lane (see the package doc, "Rebalances") and commits.
 func (c *Consumer) consumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
-	l := newLane(c, sess, claim.Topic(), claim.Partition())
-	log := c.log.With("topic", l.topic, "partition", l.partition)
-	log.Debug("partition claimed", "offset", claim.InitialOffset())
 	// Turns outlive the session's context by the grace, so they do not derive from it; they
 	// keep the values of Run's context (tracing, tenant).
 	turnCtx, cancelTurns := context.WithCancel(context.WithoutCancel(c.runCtx))
 	defer cancelTurns()
+	l := newLane(c, sess, claim.Topic(), claim.Partition(), turnCtx)
+	log := c.log.With("topic", l.topic, "partition", l.partition)
+	log.Debug("partition claimed", "offset", claim.InitialOffset())
+	c.stats.claims.Add(1)
+	if err := c.refreshPartitions(); err != nil { // the topic may have grown: result placement
+		log.Warn("refresh partition count", "err", err)
+	}
+	if !c.throttle.active() {
+		// A pause left from an earlier claim of this partition (sarama keeps it across a
+		// revoke) must not outlive it.
+		c.group.Resume(l.tp())
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -245,9 +287,38 @@ feed:
 		}
 	}
 	l.abandon()
-	sess.Commit()
+	c.commit(sess, log)
 	log.Debug("partition released", "reason", reason)
 	return nil
+}
+
+// commitTimeout bounds a commit on revoke or shutdown: sarama's Commit takes no context and,
+// against a broker that hangs, waits out its network timeouts. A commit that does not finish
+// in time is left to finish in the background; the marks are redone by the next owner at
+// worst (G2 holds: nothing is committed early, at most late).
+const commitTimeout = 5 * time.Second
+
+func (c *Consumer) commit(sess sarama.ConsumerGroupSession, log *slog.Logger) {
+	if !within(commitTimeout, sess.Commit) {
+		log.Warn("commit did not finish in time; continuing", "timeout", commitTimeout)
+	}
+}
+
+// within runs f and waits for it at most d; it reports whether f finished.
+func within(d time.Duration, f func()) bool {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

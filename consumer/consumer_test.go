@@ -58,6 +58,7 @@ func TestOrderedTurnsTwoMembers(t *testing.T) {
 	}
 	require.Len(t, results, 150)
 	e.checkHistories(sent)
+	require.EqualValues(t, 150, e.cluster.RecordCount(t, e.results), "no extra result record")
 }
 
 func TestCommittedOffsetAfterFiveRecords(t *testing.T) {
@@ -161,6 +162,8 @@ func TestPoisonRequestDeadLettersAfterMaxAttempts(t *testing.T) {
 	require.Equal(t, []string{"second email", "third email"}, texts)
 	eventually(t, func() bool { return m.c.Stats().Records == 3 })
 	require.EqualValues(t, 1, m.c.Stats().DeadLetters)
+	require.EqualValues(t, 1, e.cluster.RecordCount(t, e.dlq), "exactly one dead letter")
+	require.EqualValues(t, 2, e.cluster.RecordCount(t, e.results))
 }
 
 func TestResultPlacement(t *testing.T) {
@@ -204,8 +207,9 @@ func TestConfigValidate(t *testing.T) {
 	require.ErrorContains(t, err, "GroupID: empty")
 	require.ErrorContains(t, err, "RequestsTopic: empty")
 	require.ErrorContains(t, err, "DeadLetterTopic: empty")
+	require.ErrorContains(t, err, "ResultsTopic: empty")
 
-	ok := consumer.Config{Brokers: []string{"127.0.0.1:1"}, GroupID: "g", RequestsTopic: "r", DeadLetterTopic: "d"}
+	ok := consumer.Config{Brokers: []string{"127.0.0.1:1"}, GroupID: "g", RequestsTopic: "r", ResultsTopic: "res", DeadLetterTopic: "d"}
 	_, err = consumer.New(ok, nil)
 	require.ErrorContains(t, err, "nil Handler")
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,11 +34,22 @@ type lane struct {
 	// and marks nothing, so a late turn on a revoked partition has no visible effect.
 	out       sync.Mutex
 	abandoned bool
+
+	lastErr error // the refusal of the last sendRefused; used by the lane's goroutine only
+
+	// waits ends when the lane closes: backoff sleeps and rate-limit waits end at once on a
+	// revoke or shutdown, while a turn in flight keeps its grace.
+	waits       context.Context
+	cancelWaits context.CancelFunc
 }
 
-func newLane(c *Consumer, sess sarama.ConsumerGroupSession, topic string, partition int32) *lane {
-	return &lane{c: c, sess: sess, topic: topic, partition: partition, notify: make(chan struct{}, 1)}
+func newLane(c *Consumer, sess sarama.ConsumerGroupSession, topic string, partition int32, turnCtx context.Context) *lane {
+	l := &lane{c: c, sess: sess, topic: topic, partition: partition, notify: make(chan struct{}, 1)}
+	l.waits, l.cancelWaits = context.WithCancel(turnCtx)
+	return l
 }
+
+func (l *lane) tp() map[string][]int32 { return map[string][]int32{l.topic: {l.partition}} }
 
 func (l *lane) signal() {
 	select {
@@ -58,7 +70,7 @@ func (l *lane) push(msg *sarama.ConsumerMessage) {
 	l.mu.Unlock()
 	l.signal()
 	if full { // again on every record past the mark: a ResumeAll may have undone it
-		l.c.group.Pause(map[string][]int32{l.topic: {l.partition}})
+		l.c.group.Pause(l.tp())
 	}
 }
 
@@ -80,7 +92,7 @@ func (l *lane) pop(ctx context.Context) (*sarama.ConsumerMessage, bool) {
 			}
 			l.mu.Unlock()
 			if resume {
-				l.c.group.Resume(map[string][]int32{l.topic: {l.partition}})
+				l.c.group.Resume(l.tp())
 			}
 			return msg, true
 		}
@@ -94,12 +106,20 @@ func (l *lane) pop(ctx context.Context) (*sarama.ConsumerMessage, bool) {
 }
 
 // close stops the lane from taking more records; queued ones are left to the next owner.
+// A backpressure pause is lifted: sarama keeps a partition's pause across a revoke and applies
+// it to the partition's next claim (consumer.go, addChild), which would stall it for good.
 func (l *lane) close() {
 	l.mu.Lock()
 	l.closed = true
 	l.queue = nil
+	paused := l.paused
+	l.paused = false
 	l.mu.Unlock()
+	l.cancelWaits()
 	l.signal()
+	if paused {
+		l.c.group.Resume(l.tp())
+	}
 }
 
 // abandon makes the lane publish and mark nothing from now on.
@@ -132,10 +152,13 @@ func (l *lane) process(ctx context.Context, msg *sarama.ConsumerMessage) bool {
 	bo := newBackoff(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff)
 	failures := 0
 	for {
-		if c.throttle.wait(ctx) != nil {
+		if c.throttle.wait(l.waits) != nil {
 			return l.giveUp(log)
 		}
 		res, err := l.handle(ctx, req)
+		if err != nil && ctx.Err() != nil {
+			return l.giveUp(log) // revoked or shut down mid-turn, whatever the handler made of it
+		}
 		switch kind := turn.Classify(err); kind {
 		case turn.KindNone:
 			c.throttle.succeeded()
@@ -151,10 +174,12 @@ func (l *lane) process(ctx context.Context, msg *sarama.ConsumerMessage) bool {
 		case turn.KindRateLimited:
 			c.stats.rateLimited.Add(1)
 			d, _ := turn.RetryDelay(err)
-			c.throttle.pause(d)
+			if c.throttle.pause(d) {
+				c.stats.pauses.Add(1)
+			}
 		case turn.KindUnavailable:
 			log.Warn("turn hit an unavailable dependency; retrying, no attempt spent", "err", err)
-			if !sleep(ctx, bo.NextBackOff()) {
+			if !sleep(l.waits, bo.NextBackOff()) {
 				return l.giveUp(log)
 			}
 		case turn.KindAttempt:
@@ -165,7 +190,7 @@ func (l *lane) process(ctx context.Context, msg *sarama.ConsumerMessage) bool {
 				return l.deadLetter(ctx, msg, &req, reason, err, failures, log)
 			}
 			log.Warn("turn attempt failed; retrying", "err", err, "failures", failures)
-			if !sleep(ctx, bo.NextBackOff()) {
+			if !sleep(l.waits, bo.NextBackOff()) {
 				return l.giveUp(log)
 			}
 		case turn.KindCanceled:
@@ -218,10 +243,7 @@ func (l *lane) decode(msg *sarama.ConsumerMessage) (turn.Request, error) {
 
 func (l *lane) publishResult(ctx context.Context, msg *sarama.ConsumerMessage, req turn.Request, res *turn.Result, log *slog.Logger) bool {
 	if res == nil {
-		return l.send(ctx, msg, nil, log)
-	}
-	if l.c.cfg.ResultsTopic == "" {
-		return l.deadLetter(ctx, msg, &req, "handler returned a result but Config.ResultsTopic is empty", nil, res.Attempt, log)
+		return l.send(msg, nil, log) == sendOK
 	}
 	value, err := json.Marshal(res)
 	if err != nil { // a Result is plain data; this is a bug, not a record's fault
@@ -238,8 +260,11 @@ func (l *lane) publishResult(ctx context.Context, msg *sarama.ConsumerMessage, r
 		},
 		Metadata: placement{partition: msg.Partition, partitions: l.c.partitions.Load()},
 	}
-	if !l.send(ctx, msg, pm, log) {
+	switch l.send(msg, pm, log) {
+	case sendAbandoned:
 		return false
+	case sendRefused:
+		return l.deadLetter(ctx, msg, &req, fmt.Sprintf("the result (%d bytes) was refused by the results topic", len(value)), l.lastErr, res.Attempt, log)
 	}
 	l.c.stats.results.Add(1)
 	return true
@@ -249,12 +274,12 @@ func (l *lane) publishResult(ctx context.Context, msg *sarama.ConsumerMessage, r
 // dead-letter topic, then marks it.
 func (l *lane) deadLetter(ctx context.Context, msg *sarama.ConsumerMessage, req *turn.Request, reason string, cause error, attempts int, log *slog.Logger) bool {
 	ours := []sarama.RecordHeader{
-		header(HeaderReason, reason), header(HeaderAttempts, itoa(attempts)),
+		header(HeaderReason, clip(reason)), header(HeaderAttempts, itoa(attempts)),
 		header(HeaderSourceTopic, msg.Topic), header(HeaderSourcePartition, itoa(msg.Partition)),
 		header(HeaderSourceOffset, itoa(msg.Offset)),
 	}
 	if cause != nil {
-		ours = append(ours, header(HeaderError, cause.Error()))
+		ours = append(ours, header(HeaderError, clip(cause.Error())))
 	}
 	if req != nil {
 		ours = append(ours, header(HeaderRequestID, req.ID), header(HeaderConversationID, req.ConversationID))
@@ -269,12 +294,36 @@ func (l *lane) deadLetter(ctx context.Context, msg *sarama.ConsumerMessage, req 
 		Topic: l.c.cfg.DeadLetterTopic, Key: sarama.ByteEncoder(msg.Key), Value: sarama.ByteEncoder(msg.Value),
 		Headers: append(headers, ours...), Metadata: placement{partition: msg.Partition, partitions: l.c.partitions.Load()},
 	}
-	if !l.send(ctx, msg, pm, log) {
+	outcome := l.send(msg, pm, log)
+	if outcome == sendRefused {
+		// Too large (or otherwise refused) as it came: dead-letter it without its value, so
+		// that the partition moves on and the headers still say where the record is.
+		log.Error("dead letter refused; publishing it without its value", "err", l.lastErr, "bytes", len(msg.Value))
+		pm.Value = nil
+		pm.Headers = append(pm.Headers, header(HeaderValueDropped, fmt.Sprintf("%d bytes; refused: %s", len(msg.Value), clip(l.lastErr.Error()))))
+		outcome = l.send(msg, pm, log)
+	}
+	switch outcome {
+	case sendAbandoned:
 		return false
+	case sendRefused: // even without its value: say so as loudly as we can, and move on
+		log.Error("dead letter refused even without its value; record skipped", "err", l.lastErr)
+		l.mark(msg)
+		l.c.stats.skipped.Add(1)
+		return true
 	}
 	l.c.stats.deadLetters.Add(1)
 	log.Error("record dead-lettered", "reason", reason, "attempts", attempts)
 	return true
+}
+
+// clip bounds a header value, so that a long error text cannot make a dead letter too large.
+func clip(s string) string {
+	const maxHeader = 4 << 10
+	if len(s) <= maxHeader {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxHeader], "") + "…"
 }
 
 func hasHeader(hs []sarama.RecordHeader, key string) bool {
@@ -286,10 +335,18 @@ func hasHeader(hs []sarama.RecordHeader, key string) bool {
 	return false
 }
 
+type sendOutcome int
+
+const (
+	sendOK        sendOutcome = iota // published (if there was anything) and marked
+	sendAbandoned                    // the lane was abandoned: nothing published or marked
+	sendRefused                      // the record can never be published as it is (l.lastErr)
+)
+
 // send publishes pm (if any) and marks msg done, retrying a failed publish with backoff until
-// it succeeds or the lane is abandoned. A publish that is acknowledged is durable (acks=all),
-// so the mark after it keeps G2.
-func (l *lane) send(ctx context.Context, msg *sarama.ConsumerMessage, pm *sarama.ProducerMessage, log *slog.Logger) bool {
+// it succeeds, the lane is abandoned, or the producer refuses the record for good (too large).
+// A publish that is acknowledged is durable (acks=all), so the mark after it keeps G2.
+func (l *lane) send(msg *sarama.ConsumerMessage, pm *sarama.ProducerMessage, log *slog.Logger) sendOutcome {
 	bo := newBackoff(l.c.cfg.RetryBackoff, l.c.cfg.MaxRetryBackoff)
 	for {
 		l.out.Lock()
@@ -297,7 +354,7 @@ func (l *lane) send(ctx context.Context, msg *sarama.ConsumerMessage, pm *sarama
 			l.out.Unlock()
 			l.c.stats.lateDropped.Add(1)
 			log.Warn("turn finished after its partition was released; not published, not committed")
-			return false
+			return sendAbandoned
 		}
 		var err error
 		if pm != nil {
@@ -308,14 +365,37 @@ func (l *lane) send(ctx context.Context, msg *sarama.ConsumerMessage, pm *sarama
 			l.c.stats.records.Add(1)
 		}
 		l.out.Unlock()
-		if err == nil {
-			return true
+		switch {
+		case err == nil:
+			return sendOK
+		case refused(err):
+			l.lastErr = err
+			return sendRefused
 		}
 		log.Warn("publish failed; retrying", "to", pm.Topic, "err", err)
-		if !sleep(ctx, bo.NextBackOff()) {
-			return l.giveUp(log)
+		if !sleep(l.waits, bo.NextBackOff()) {
+			return sendAbandoned
 		}
 	}
+}
+
+// mark marks msg done without publishing, unless the lane was abandoned.
+func (l *lane) mark(msg *sarama.ConsumerMessage) {
+	l.out.Lock()
+	defer l.out.Unlock()
+	if !l.abandoned {
+		l.sess.MarkOffset(msg.Topic, msg.Partition, msg.Offset+1, "")
+		l.c.stats.records.Add(1)
+	}
+}
+
+// refused reports a publish error that retrying cannot fix: sarama's own check of
+// Producer.MaxMessageBytes (a ConfigurationError), or the broker's MESSAGE_TOO_LARGE,
+// RECORD_LIST_TOO_LARGE (ErrMessageSetSizeTooLarge) or INVALID_RECORD.
+func refused(err error) bool {
+	var cfgErr sarama.ConfigurationError
+	return errors.As(err, &cfgErr) || errors.Is(err, sarama.ErrMessageSizeTooLarge) ||
+		errors.Is(err, sarama.ErrMessageSetSizeTooLarge) || errors.Is(err, sarama.ErrInvalidRecord)
 }
 
 func newBackoff(initial, maxInterval time.Duration) *backoff.ExponentialBackOff {
@@ -339,10 +419,17 @@ type Stats struct {
 	// Abandoned counts turns cancelled by a revoke or shutdown; LateDropped counts outcomes
 	// that arrived after their partition was released and were neither published nor committed.
 	Abandoned, LateDropped int64
+	// Pauses counts the rate-limit pauses of all partitions (PauseAll); Claims counts the
+	// partitions this member was assigned, over all rebalances.
+	Pauses, Claims int64
+	// Skipped counts records that could be neither served nor dead-lettered, even without
+	// their value; each was logged at error level with its location. It should stay 0.
+	Skipped int64
 }
 
 type counters struct {
-	records, turns, results, replayed, deadLetters, retries, rateLimited, abandoned, lateDropped atomic.Int64
+	records, turns, results, replayed, deadLetters, retries, rateLimited, abandoned, lateDropped,
+	pauses, claims, skipped atomic.Int64
 }
 
 // Stats returns the consumer's counters; safe to call at any time, from any goroutine.
@@ -352,5 +439,6 @@ func (c *Consumer) Stats() Stats {
 		Records: s.records.Load(), Turns: s.turns.Load(), Results: s.results.Load(), Replayed: s.replayed.Load(),
 		DeadLetters: s.deadLetters.Load(), Retries: s.retries.Load(), RateLimited: s.rateLimited.Load(),
 		Abandoned: s.abandoned.Load(), LateDropped: s.lateDropped.Load(),
+		Pauses: s.pauses.Load(), Claims: s.claims.Load(), Skipped: s.skipped.Load(),
 	}
 }

@@ -25,6 +25,10 @@ const (
 	HeaderSourceTopic     = "source-topic"
 	HeaderSourcePartition = "source-partition"
 	HeaderSourceOffset    = "source-offset"
+	// HeaderValueDropped says that a dead letter carries no value because the record as it
+	// came was refused by the dead-letter topic (too large), with the original size; the
+	// source headers locate the original, which stays on the requests topic until retention.
+	HeaderValueDropped = "value-dropped"
 )
 
 // placement travels in ProducerMessage.Metadata from a lane to the partitioner.

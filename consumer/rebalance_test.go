@@ -185,11 +185,14 @@ func TestRecordThatKillsEveryMemberIsDeadLettered(t *testing.T) {
 	h := kafkatest.HeaderMap(dead[0])
 	require.Equal(t, deadly.ID, h[consumer.HeaderRequestID])
 	require.Contains(t, h[consumer.HeaderReason], "3 attempts exhausted")
+	require.Equal(t, "3", h[consumer.HeaderAttempts])
 	require.Equal(t, "0", h[consumer.HeaderSourceOffset])
 	require.EqualValues(t, turn.DefaultMaxAttempts, e.callsOf(deadly.ID), "the survivor never ran it")
 	results := e.resultsByID(1)
 	require.Len(t, results[next.ID], 1)
 	eventually(t, func() bool { return survivor.c.Stats().Records == 2 })
+	require.EqualValues(t, 1, e.cluster.RecordCount(t, e.dlq), "exactly one dead letter")
+	require.EqualValues(t, 1, e.cluster.RecordCount(t, e.results))
 }
 
 // rateLimiter answers RetryAfter for a while from its first call, recording when each
@@ -240,6 +243,8 @@ func TestRateLimitPausesPartitions(t *testing.T) {
 	require.Zero(t, st.DeadLetters)
 	require.Zero(t, st.Retries, "a rate limit spends no attempt")
 	require.Positive(t, st.RateLimited)
+	require.Positive(t, st.Pauses, "all partitions were paused (PauseAll)")
+	require.EqualValues(t, 3, st.Claims, "the member stayed in the group: no partition moved")
 	for conv := range sent {
 		for _, r := range sent[conv] {
 			entry, err := e.inbox.Get(context.Background(), r.ID)

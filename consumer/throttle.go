@@ -25,10 +25,11 @@ type throttle struct {
 	log      *slog.Logger
 	maxPause time.Duration
 
-	mu    sync.Mutex
-	until time.Time
-	bo    *backoff.ExponentialBackOff
-	timer *time.Timer
+	mu      sync.Mutex
+	until   time.Time
+	bo      *backoff.ExponentialBackOff
+	timer   *time.Timer
+	stopped bool
 }
 
 func newThrottle(group pauser, log *slog.Logger, initial, maxPause time.Duration) *throttle {
@@ -37,20 +38,27 @@ func newThrottle(group pauser, log *slog.Logger, initial, maxPause time.Duration
 	return &throttle{group: group, log: log, maxPause: maxPause, bo: bo}
 }
 
-// pause pauses all partitions for at least d.
-func (t *throttle) pause(d time.Duration) {
+// pause pauses all partitions for d, or the exponential backoff if longer, capped at
+// maxPause (a model asking for a day is probed again after maxPause). It reports whether it
+// paused the partitions (false when a pause was already in force).
+func (t *throttle) pause(d time.Duration) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	wait := max(d, min(t.bo.NextBackOff(), t.maxPause))
+	if t.stopped { // a late turn of a lane abandoned at shutdown
+		return false
+	}
+	wait := min(max(d, t.bo.NextBackOff()), t.maxPause)
 	now := time.Now()
 	if until := now.Add(wait); until.After(t.until) {
 		t.until = until
 	}
-	if t.timer == nil {
-		t.group.PauseAll()
-		t.log.Warn("model rate limited: all partitions paused", "pause", wait)
-		t.timer = time.AfterFunc(t.until.Sub(now), t.resume)
+	if t.timer != nil {
+		return false
 	}
+	t.group.PauseAll()
+	t.log.Warn("model rate limited: all partitions paused", "pause", wait)
+	t.timer = time.AfterFunc(t.until.Sub(now), t.resume)
+	return true
 }
 
 func (t *throttle) resume() {
@@ -105,6 +113,7 @@ func (t *throttle) wait(ctx context.Context) error {
 func (t *throttle) stop() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.stopped = true
 	if t.timer != nil {
 		t.timer.Stop()
 		t.timer = nil

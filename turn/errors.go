@@ -1,7 +1,6 @@
 package turn
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -12,6 +11,13 @@ import (
 // ErrTurnTimeout is the cause of a turn that ran past the Runner's TurnTimeout. It counts as a
 // failed attempt: the next delivery tries again, up to the attempt limit (G5).
 var ErrTurnTimeout = errors.New("turn: whole-turn deadline exceeded")
+
+// ErrAbandoned marks a turn whose caller's context ended (a revoked partition, a shutdown)
+// before it finished. It is not the request's fault: no attempt is spent, and the record is
+// served again by the partition's next owner. A bare context.Canceled or DeadlineExceeded
+// from a model or store whose caller is still waiting (an HTTP client's own timeout, say) is
+// not abandonment: it counts as a failed attempt.
+var ErrAbandoned = errors.New("turn: abandoned by its caller")
 
 // Kind says what a caller of Runner.Run should do with an error.
 type Kind int
@@ -31,8 +37,8 @@ const (
 	// KindUnavailable: an infrastructure failure (a store unreachable, a version conflict with
 	// another writer); retry after a backoff. No attempt was spent.
 	KindUnavailable
-	// KindCanceled: the caller's context ended (shutdown, revoked partition); the turn was
-	// abandoned, not failed, and no attempt was spent. Do not commit the record.
+	// KindCanceled: the caller's context ended (shutdown, revoked partition): ErrAbandoned.
+	// The turn was abandoned, not failed, and no attempt was spent. Do not commit the record.
 	KindCanceled
 )
 
@@ -125,7 +131,7 @@ type retryable interface{ Retryable() bool }
 // Classify says what to do with an error from Runner.Run or a ModelClient. In order: nil is
 // KindNone; Permanent errors, *DeadLetterError, *DecodeError, session.ErrOwnerMismatch and
 // session.ErrInvalid are KindPermanent; RetryAfter errors are KindRateLimited; ErrTurnTimeout
-// is KindAttempt; context.Canceled and context.DeadlineExceeded are KindCanceled; errors with
+// is KindAttempt; ErrAbandoned is KindCanceled; errors with
 // a Retryable() bool method that returns true and session.ErrConflict are KindUnavailable;
 // anything else is KindAttempt.
 func Classify(err error) Kind {
@@ -147,7 +153,7 @@ func Classify(err error) Kind {
 		return KindRateLimited
 	case errors.Is(err, ErrTurnTimeout):
 		return KindAttempt
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, ErrAbandoned):
 		return KindCanceled
 	case errors.As(err, &rt) && rt.Retryable(), errors.Is(err, session.ErrConflict):
 		return KindUnavailable

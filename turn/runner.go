@@ -126,7 +126,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
 		Topic: req.Source.Topic, Partition: req.Source.Partition, Offset: req.Source.Offset,
 	})
 	if err != nil {
-		return Result{}, fmt.Errorf("turn %s: inbox begin: %w", req.ID, err)
+		return Result{}, abandonedIf(ctx, fmt.Errorf("turn %s: inbox begin: %w", req.ID, err))
 	}
 	switch {
 	case entry.Status == inbox.StatusDone:
@@ -139,12 +139,13 @@ func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
 	case entry.Status == inbox.StatusDead:
 		return Result{}, &DeadLetterError{RequestID: req.ID, Reason: entry.Reason, Attempts: entry.Attempts}
 	case entry.Attempts > r.Attempts():
-		// The earlier deliveries crashed or failed without dead-lettering (G5: crash loops count).
-		reason := fmt.Sprintf("%d attempts exhausted", r.Attempts())
+		// The earlier deliveries crashed or failed without dead-lettering (G5: crash loops
+		// count). This one was counted by Begin but runs nothing.
+		reason := fmt.Sprintf("%d attempts exhausted", entry.Attempts-1)
 		if entry.Reason != "" {
 			reason += "; last error: " + entry.Reason
 		}
-		return Result{}, r.deadLetter(ctx, req, entry.Attempts, reason, nil)
+		return Result{}, r.deadLetter(ctx, req, entry.Attempts-1, reason, nil)
 	}
 	res, err := r.attempt(ctx, req, entry.Attempts, entry.Status == inbox.StatusNew)
 	if err != nil {
@@ -162,13 +163,12 @@ func (r *Runner) attempt(ctx context.Context, req Request, attempt int, first bo
 	switch {
 	case err == nil:
 		return res, nil
-	case ctx.Err() != nil:
-		// Abandoned by the caller (shutdown, revoke), whatever error the model made of it.
-		return Result{}, fmt.Errorf("turn abandoned: %w: %w", ctx.Err(), err)
 	case errors.Is(context.Cause(tctx), ErrTurnTimeout):
+		// This Runner's deadline, or the caller's when it is a whole-turn deadline too (the
+		// consumer's Config.TurnTimeout): a failed attempt.
 		return Result{}, fmt.Errorf("%w (%s): %w", ErrTurnTimeout, r.turnTimeout(), err)
 	}
-	return Result{}, err
+	return Result{}, abandonedIf(ctx, err)
 }
 
 func (r *Runner) runTurn(ctx context.Context, req Request, attempt int, first bool) (Result, error) {
@@ -238,8 +238,20 @@ func wrapIf(what string, err error) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
+// abandonedIf marks err as ErrAbandoned when the caller's context has ended (shutdown,
+// revoke), whatever error the model or store made of it.
+func abandonedIf(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil {
+		return err
+	}
+	return fmt.Errorf("%w: %w: %w", ErrAbandoned, context.Cause(ctx), err)
+}
+
 // complete builds the Result from the stored turn and stores it in the inbox.
 func (r *Runner) complete(ctx context.Context, req Request, stored []session.Event) (Result, error) {
+	if len(stored) == 0 { // a Store that breaks its contract; never index blindly
+		return Result{}, errors.New("session store returned an empty turn")
+	}
 	last := stored[len(stored)-1]
 	res := Result{
 		Schema: SchemaVersion, RequestID: req.ID, ConversationID: req.ConversationID,

@@ -161,3 +161,30 @@ func (c *Cluster) CommittedOffset(t testing.TB, group, topic string, partition i
 	}
 	return block.Offset
 }
+
+// RecordCount returns the number of records written to topic: the sum over its partitions
+// of the next offset to be written (the high-water mark). It counts records of aborted
+// transactions and transaction markers too, so use it on topics written without
+// transactions. A test that has waited for its writers to finish uses it to prove there is
+// no extra record, which [Cluster.ReadAll] (it returns once it has enough) cannot.
+func (c *Cluster) RecordCount(t testing.TB, topic string) int64 {
+	t.Helper()
+	client, err := sarama.NewClient(c.brokers, c.Config())
+	if err != nil {
+		t.Fatalf("kafkatest: count %q: client: %v", topic, err)
+	}
+	defer client.Close()
+	partitions, err := client.Partitions(topic)
+	if err != nil {
+		t.Fatalf("kafkatest: count %q: partitions: %v", topic, err)
+	}
+	var n int64
+	for _, p := range partitions {
+		hw, err := client.GetOffset(topic, p, sarama.OffsetNewest)
+		if err != nil {
+			t.Fatalf("kafkatest: count %q partition %d: %v", topic, p, err)
+		}
+		n += hw
+	}
+	return n
+}

@@ -1,0 +1,99 @@
+package turn_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/turnstile-go/turnstile/inbox"
+	"github.com/turnstile-go/turnstile/session"
+	"github.com/turnstile-go/turnstile/turn"
+)
+
+// A model whose own HTTP client times out (http.Client.Timeout, a per-call
+// context.WithTimeout, a driver timeout) returns an error that matches
+// context.DeadlineExceeded while the caller's context is still live. Before the fix the Runner classified
+// it KindCanceled and refunded the attempt, so the request never reached the dead-letter
+// topic however often it was delivered (G5), and the consumer abandoned its lane (see
+// consumer/sad_test.go).
+func TestModelOwnTimeoutIsAnAttempt(t *testing.T) {
+	t.Parallel()
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(2 * time.Second):
+		}
+	}))
+	defer slow.Close()
+	hc := &http.Client{Timeout: 20 * time.Millisecond}
+
+	b := setup(t)
+	b.runner.Model = turn.ModelFunc(func(ctx context.Context, _ turn.Input) (turn.Output, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, slow.URL, nil)
+		if err != nil {
+			return turn.Output{}, err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return turn.Output{}, fmt.Errorf("call model: %w", err)
+		}
+		resp.Body.Close()
+		return turn.Output{}, errors.New("unreachable")
+	})
+	req := newRequest("c-http-timeout", "u-1", "hi")
+	ctx := context.Background() // the caller never cancels
+	var kinds []turn.Kind
+	for range 2 * turn.DefaultMaxAttempts {
+		_, err := b.runner.Run(ctx, req)
+		kinds = append(kinds, turn.Classify(err))
+	}
+	entry, err := b.inbox.Get(ctx, req.ID)
+	require.NoError(t, err)
+	require.Contains(t, kinds, turn.KindPermanent,
+		"6 deliveries whose model call timed out never dead-letter: kinds %v, inbox attempts %d, status %s",
+		kinds, entry.Attempts, entry.Status)
+}
+
+// emptyFindTurn is a Store whose FindTurn answers an empty turn without an error (a user's
+// store with a bug, or a row whose events were pruned). The Runner must fail the attempt, not index it.
+type emptyFindTurn struct{ session.Store }
+
+func (emptyFindTurn) FindTurn(context.Context, session.Key, string) ([]session.Event, error) {
+	return nil, nil
+}
+
+func TestEmptyStoredTurnIsAnErrorNotAPanic(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.runner.Sessions = emptyFindTurn{b.sessions}
+	req := newRequest("c-empty-turn", "u-1", "hi")
+	_, err := b.inbox.Begin(context.Background(), inbox.Delivery{RequestID: req.ID}) // an earlier delivery
+	require.NoError(t, err)
+	require.NotPanics(t, func() {
+		_, err = b.runner.Run(context.Background(), req)
+	})
+	require.Error(t, err)
+}
+
+// After MaxAttempts deliveries that crashed, the next delivery's Begin counts one more, and
+// the dead letter must report the attempts that ran (3), not that count (4).
+func TestCrashLoopDeadLetterCountsRanAttempts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	req := newRequest("c-crashloop-count", "u-1", "kills the worker")
+	for range turn.DefaultMaxAttempts {
+		_, err := b.inbox.Begin(ctx, inbox.Delivery{RequestID: req.ID})
+		require.NoError(t, err)
+	}
+	_, err := b.runner.Run(ctx, req)
+	var dead *turn.DeadLetterError
+	require.ErrorAs(t, err, &dead)
+	require.Equal(t, turn.DefaultMaxAttempts, dead.Attempts, "reason %q", dead.Reason)
+}
