@@ -75,7 +75,9 @@ type Config struct {
 	// MaxPause caps the pause of all partitions after a rate limit, whatever delay the model
 	// asked for: after it, one turn per partition probes again. Default DefaultMaxPause.
 	MaxPause time.Duration
-	// Decoder validates request records; its zero value applies turn's default limits.
+	// Decoder validates request records; its zero value applies turn's default limits. The
+	// Runner validates again with its own Decoder: raise a limit in both, or the Runner
+	// dead-letters what the consumer let through.
 	Decoder turn.Decoder
 
 	// Sarama is the configuration to start from for the consumer group's client; nil means

@@ -408,7 +408,7 @@ func newBackoff(initial, maxInterval time.Duration) *backoff.ExponentialBackOff 
 type Stats struct {
 	// Records is the number of records brought to a durable outcome and marked for commit.
 	Records int64
-	// Turns is the number of Handler calls that succeeded.
+	// Turns is the number of Handler calls that succeeded, replays from the inbox included.
 	Turns int64
 	// Results is the number of result records published; Replayed of them came from the inbox.
 	Results, Replayed int64
