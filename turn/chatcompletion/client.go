@@ -31,8 +31,8 @@ var ErrInvalidConfig = errors.New("chatcompletion: invalid config")
 
 // ErrTimeout is wrapped by the error of a request that ran past Config.Timeout or the
 // Timeout of Config.HTTPClient while the caller's context was still live. It counts as a
-// failed attempt: it deliberately does not wrap context.DeadlineExceeded, which turn.Classify
-// would read as an abandoned turn and retry forever without spending an attempt.
+// failed attempt (turn.KindAttempt). It does not wrap context.DeadlineExceeded, so that no
+// caller mistakes the model's timeout for the end of its own context.
 var ErrTimeout = errors.New("chatcompletion: model request timed out")
 
 // Config configures a Client. BaseURL and Model are required; the zero value of every other

@@ -34,8 +34,8 @@ func (c *Client) mapError(ctx context.Context, err error, raw *http.Response) er
 		return fmt.Errorf("%w: %w", ctxErr, err)
 	}
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		// Config.Timeout or the HTTP client's Timeout, not the caller: flatten the context
-		// error with %v so that Classify counts an attempt instead of an abandoned turn.
+		// Config.Timeout or the HTTP client's Timeout, not the caller: a failed attempt.
+		// The context error is flattened with %v so that no caller mistakes it for its own.
 		return fmt.Errorf("%w (model %s): %v", ErrTimeout, c.cfg.Model, err)
 	}
 
