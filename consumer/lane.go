@@ -63,6 +63,7 @@ func (l *lane) signal() {
 func (l *lane) push(msg *sarama.ConsumerMessage) {
 	l.mu.Lock()
 	l.queue = append(l.queue, msg)
+	l.c.stats.peak(int64(len(l.queue)))
 	full := len(l.queue) >= l.c.cfg.MaxBuffered
 	if full {
 		l.paused = true
@@ -425,11 +426,24 @@ type Stats struct {
 	// Skipped counts records that could be neither served nor dead-lettered, even without
 	// their value; each was logged at error level with its location. It should stay 0.
 	Skipped int64
+	// PeakBuffered is the most records one partition's lane has held waiting (G6): at most
+	// Config.MaxBuffered plus what one fetch in flight brings (Consumer.Fetch.Default bytes).
+	PeakBuffered int64
 }
 
 type counters struct {
 	records, turns, results, replayed, deadLetters, retries, rateLimited, abandoned, lateDropped,
-	pauses, claims, skipped atomic.Int64
+	pauses, claims, skipped, peakBuffered atomic.Int64
+}
+
+// peak raises peakBuffered to n if n is higher.
+func (s *counters) peak(n int64) {
+	for {
+		old := s.peakBuffered.Load()
+		if n <= old || s.peakBuffered.CompareAndSwap(old, n) {
+			return
+		}
+	}
 }
 
 // Stats returns the consumer's counters; safe to call at any time, from any goroutine.
@@ -440,5 +454,6 @@ func (c *Consumer) Stats() Stats {
 		DeadLetters: s.deadLetters.Load(), Retries: s.retries.Load(), RateLimited: s.rateLimited.Load(),
 		Abandoned: s.abandoned.Load(), LateDropped: s.lateDropped.Load(),
 		Pauses: s.pauses.Load(), Claims: s.claims.Load(), Skipped: s.skipped.Load(),
+		PeakBuffered: s.peakBuffered.Load(),
 	}
 }
