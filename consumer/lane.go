@@ -431,6 +431,19 @@ type Stats struct {
 	PeakBuffered int64
 }
 
+// Add returns the sum of s and o, field by field (PeakBuffered: the larger), for a process
+// that runs several Consumers and reports them as one.
+func (s Stats) Add(o Stats) Stats {
+	return Stats{
+		Records: s.Records + o.Records, Turns: s.Turns + o.Turns, Results: s.Results + o.Results,
+		Replayed: s.Replayed + o.Replayed, DeadLetters: s.DeadLetters + o.DeadLetters,
+		Retries: s.Retries + o.Retries, RateLimited: s.RateLimited + o.RateLimited,
+		Abandoned: s.Abandoned + o.Abandoned, LateDropped: s.LateDropped + o.LateDropped,
+		Pauses: s.Pauses + o.Pauses, Claims: s.Claims + o.Claims, Skipped: s.Skipped + o.Skipped,
+		PeakBuffered: max(s.PeakBuffered, o.PeakBuffered),
+	}
+}
+
 type counters struct {
 	records, turns, results, replayed, deadLetters, retries, rateLimited, abandoned, lateDropped,
 	pauses, claims, skipped, peakBuffered atomic.Int64

@@ -165,15 +165,7 @@ func (f *fleet) stats() consumer.Stats {
 	defer f.mu.Unlock()
 	var s consumer.Stats
 	for _, m := range f.members {
-		ms := m.c.Stats()
-		s.Records += ms.Records
-		s.Turns += ms.Turns
-		s.Results += ms.Results
-		s.Replayed += ms.Replayed
-		s.DeadLetters += ms.DeadLetters
-		s.Retries += ms.Retries
-		s.Abandoned += ms.Abandoned
-		s.LateDropped += ms.LateDropped
+		s = s.Add(m.c.Stats())
 	}
 	return s
 }
