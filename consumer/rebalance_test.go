@@ -17,15 +17,17 @@ import (
 	"github.com/turnstile-go/turnstile/turn"
 )
 
-// paced is echo that takes a few milliseconds, so that turns are in flight when members
-// come and go.
-func paced(ctx context.Context, in turn.Input) (turn.Output, error) {
-	select {
-	case <-time.After(3 * time.Millisecond):
-	case <-ctx.Done():
-		return turn.Output{}, ctx.Err()
+// paced returns echo that takes d per turn, so that turns are in flight when members come
+// and go.
+func paced(d time.Duration) func(ctx context.Context, in turn.Input) (turn.Output, error) {
+	return func(ctx context.Context, in turn.Input) (turn.Output, error) {
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return turn.Output{}, ctx.Err()
+		}
+		return echo(in)
 	}
-	return echo(in)
 }
 
 func produceConversations(e *env, convs, perConv int) map[string][]turn.Request {
@@ -45,19 +47,21 @@ func TestMemberLeavesAndAnotherJoinsMidRun(t *testing.T) {
 	t.Parallel()
 	const partitions = 6
 	e := setup(t, partitions, partitions)
-	a := e.start(memberOpts{model: paced})
-	sent := produceConversations(e, 3, 50)
+	a := e.start(memberOpts{model: paced(50 * time.Millisecond)})
+	sent := produceConversations(e, 24, 10) // every partition has work, for a few seconds
 
-	eventually(t, func() bool { return a.c.Stats().Results >= 30 }, "member a makes progress")
-	b := e.start(memberOpts{model: paced})
-	eventually(t, func() bool { return a.c.Stats().Results+b.c.Stats().Results >= 90 }, "both make progress")
+	eventually(t, func() bool { return a.c.Stats().Results >= 60 }, "member a makes progress")
+	b := e.start(memberOpts{model: paced(50 * time.Millisecond)})
+	eventually(t, func() bool { return b.c.Stats().Results >= 10 }, "b serves the partitions it was given")
 	a.stop(t) // a graceful leave: in-flight turns finish or are cancelled, marks committed
 
-	results := e.resultsByID(150)
-	require.Len(t, results, 150, "nothing lost")
+	results := e.resultsByID(240)
+	require.Len(t, results, 240, "nothing lost")
 	e.checkHistories(sent) // no duplicate turn, order kept
 	// At most one turn per partition was in flight at each of the two rebalances.
-	require.LessOrEqual(t, e.totalCalls(), int64(150+2*partitions))
+	require.LessOrEqual(t, e.totalCalls(), int64(240+2*partitions))
+	require.EqualValues(t, 240, e.cluster.RecordCount(t, e.results)-a.c.Stats().Replayed-b.c.Stats().Replayed,
+		"repeats, if any, are replays of stored results")
 	for id, msgs := range results {
 		first, err := turn.DecodeResult(msgs[0].Value)
 		require.NoError(t, err)
@@ -304,4 +308,55 @@ func TestKcatInterop(t *testing.T) {
 	for _, r := range reqs {
 		require.Contains(t, got[r.ID], r.Text)
 	}
+}
+
+// A rate limit seen on one partition pauses the member's other partitions too (PauseAll and a
+// shared wait), not just the lane that saw it: records that reach the other partitions during
+// the pause wait for its end.
+func TestRateLimitQuietsOtherPartitions(t *testing.T) {
+	t.Parallel()
+	const delay = time.Second
+	e := setup(t, 3, 3)
+	var (
+		mu      sync.Mutex
+		limited time.Time                // when the one 429 was answered
+		starts  = map[string]time.Time{} // request id -> model call start
+	)
+	first := make(chan struct{})
+	m := e.start(memberOpts{model: func(_ context.Context, in turn.Input) (turn.Output, error) {
+		now := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		if _, seen := starts[in.Request.ID]; !seen {
+			starts[in.Request.ID] = now
+		}
+		if limited.IsZero() {
+			limited = time.Now()
+			close(first)
+			return turn.Output{}, turn.RetryAfter(delay, errors.New("HTTP 429"))
+		}
+		return echo(in)
+	}})
+	opener := request("rl-0", "the first call is rate limited")
+	data, err := opener.Encode()
+	require.NoError(t, err)
+	e.cluster.ProduceTo(t, e.requests, 0, opener.ConversationID, data, nil)
+	<-first
+	var others []turn.Request
+	for p := int32(1); p < 3; p++ { // work for the partitions that saw no 429
+		r := request(fmt.Sprintf("rl-%d", p), "arrives during the pause")
+		data, err := r.Encode()
+		require.NoError(t, err)
+		e.cluster.ProduceTo(t, e.requests, p, r.ConversationID, data, nil)
+		others = append(others, r)
+	}
+	results := e.resultsByID(3)
+	require.Len(t, results, 3)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, r := range others {
+		require.GreaterOrEqual(t, starts[r.ID].Sub(limited), delay,
+			"partition of %s called the model %v after the 429, inside the %v pause", r.ConversationID, starts[r.ID].Sub(limited), delay)
+	}
+	require.EqualValues(t, 1, m.c.Stats().Pauses)
 }

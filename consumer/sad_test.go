@@ -344,22 +344,37 @@ func TestLateCompletionIsDropped(t *testing.T) {
 	})
 	e.produce(slow)
 	bl.waitEntered(t)
-	// a second member that waits for a's late append before running its own turn
-	e.start(memberOpts{model: func(ctx context.Context, in turn.Input) (turn.Output, error) {
-		select {
-		case <-appended:
-		case <-ctx.Done():
-			return turn.Output{}, ctx.Err()
-		}
-		return echo(in)
-	}})
+	// a second member whose turns wait at the session store until the test lets them go
+	releaseB := make(chan struct{})
+	e.start(memberOpts{runner: func(r *turn.Runner) { r.Sessions = gatedSessions{Store: r.Sessions, gate: releaseB} }})
 	a.cancel()                  // a leaves while its turn hangs; the partition moves to the second member
 	time.Sleep(7 * time.Second) // ShutdownTimeout (5 s) + abandonWait (1 s): a has abandoned the lane
 	bl.unblock()
+	<-appended // a's late turn reached the store...
 	require.Eventually(t, func() bool { return a.c.Stats().LateDropped == 1 }, sadWait, 20*time.Millisecond,
 		"a's late completion was not dropped")
+	// ...and nothing of it is visible: no result, no commit, while the new owner still works.
+	require.Zero(t, e.cluster.RecordCount(t, e.results), "a's late completion was published")
+	require.EqualValues(t, -1, e.cluster.CommittedOffset(t, e.group, e.requests, 0), "a's late completion was committed")
+	close(releaseB)
 	results := e.resultsByID(1)
 	require.Len(t, results[slow.ID], 1)
+	eventually(t, func() bool { return e.cluster.CommittedOffset(t, e.group, e.requests, 0) == 1 })
+}
+
+// gatedSessions holds every Get until gate closes.
+type gatedSessions struct {
+	session.Store
+	gate chan struct{}
+}
+
+func (s gatedSessions) Get(ctx context.Context, k session.Key, n int) (session.Session, error) {
+	select {
+	case <-s.gate:
+	case <-ctx.Done():
+		return session.Session{}, ctx.Err()
+	}
+	return s.Store.Get(ctx, k, n)
 }
 
 type (

@@ -47,7 +47,12 @@ func (t *throttle) pause(d time.Duration) bool {
 	if t.stopped { // a late turn of a lane abandoned at shutdown
 		return false
 	}
-	wait := min(max(d, t.bo.NextBackOff()), t.maxPause)
+	wait := min(d, t.maxPause)
+	if t.timer == nil {
+		// A new pause: lengthen it if the last one did not help. The other lanes' answers to
+		// the same limit (their turns were in flight too) only extend the pause in force.
+		wait = min(max(d, t.bo.NextBackOff()), t.maxPause)
+	}
 	now := time.Now()
 	if until := now.Add(wait); until.After(t.until) {
 		t.until = until
