@@ -28,7 +28,7 @@
 // before ConsumeClaim returns, because sarama does not commit marks of a revoked partition
 // when auto-commit is off. A turn that finishes after that is neither published nor committed:
 // the partition's new owner redoes it, and the session's expected version fences the late
-// writer (DESIGN.md, "zombie").
+// writer (docs/DESIGN.md, "zombie").
 package consumer
 
 import (

@@ -25,7 +25,7 @@ const (
 
 // Runner runs one turn idempotently: the same request run any number of times, on any
 // workers, after any crash, adds its turn to the session once and yields one Result.
-// See DESIGN.md "One turn, direct mode" for the steps and the crash table.
+// See docs/DESIGN.md, "One turn, direct mode", for the steps and the crash table.
 //
 // Set the fields before the first Run and do not change them after; a Runner is then safe
 // for concurrent use. Model, Sessions and Inbox are required.

@@ -179,7 +179,7 @@ func (b *crashingInbox) MarkDead(ctx context.Context, id, reason string) error {
 	return b.Inbox.MarkDead(ctx, id, reason)
 }
 
-// TestCrashPoints injects a crash after each step of DESIGN.md's crash table, then runs the
+// TestCrashPoints injects a crash after each step of docs/DESIGN.md's crash table, then runs the
 // request again on a fresh Runner over the same stores.
 func TestCrashPoints(t *testing.T) {
 	t.Parallel()
