@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"time"
 
 	"github.com/turnstile-go/turnstile/inbox"
@@ -188,7 +189,7 @@ func (r *Runner) runTurn(ctx context.Context, req Request, attempt int, first bo
 			return Result{}, fmt.Errorf("session find turn: %w", err)
 		}
 	}
-	out, err := r.Model.Respond(ctx, Input{Request: req, Session: sess, Attempt: attempt})
+	out, err := r.respond(ctx, Input{Request: req, Session: sess, Attempt: attempt})
 	if err != nil {
 		return Result{}, fmt.Errorf("model: %w", err)
 	}
@@ -215,6 +216,34 @@ func (r *Runner) runTurn(ctx context.Context, req Request, attempt int, first bo
 		return Result{}, fmt.Errorf("session append at version %d: %w", sess.Version, err)
 	}
 	return r.complete(ctx, req, appended.Events)
+}
+
+// respond calls the model and returns when it does or when ctx ends, whichever is first: a
+// model that ignores cancellation must not hold its partition past the whole-turn deadline
+// (G5). Such a model's call goes on in the background and its output is dropped. A panic in
+// the model is recovered and fails the attempt.
+func (r *Runner) respond(ctx context.Context, in Input) (Output, error) {
+	type reply struct {
+		out Output
+		err error
+	}
+	ch := make(chan reply, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				r.logger().Error("model panicked", "request_id", in.Request.ID, "panic", p, "stack", string(debug.Stack()))
+				ch <- reply{err: fmt.Errorf("panic: %v", p)}
+			}
+		}()
+		out, err := r.Model.Respond(ctx, in)
+		ch <- reply{out, err}
+	}()
+	select {
+	case rep := <-ch:
+		return rep.out, rep.err
+	case <-ctx.Done():
+		return Output{}, fmt.Errorf("no answer before the context ended: %w", context.Cause(ctx))
+	}
 }
 
 // getOrCreate loads the session, creating it on first use; the loser of a create race reads.

@@ -97,3 +97,38 @@ func TestCrashLoopDeadLetterCountsRanAttempts(t *testing.T) {
 	require.ErrorAs(t, err, &dead)
 	require.Equal(t, turn.DefaultMaxAttempts, dead.Attempts, "reason %q", dead.Reason)
 }
+
+// A model that ignores cancellation altogether cannot hold the turn past its deadline.
+func TestModelIgnoringCancellationIsCutAtTheDeadline(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	stuck := make(chan struct{})
+	t.Cleanup(func() { close(stuck) })
+	b.runner.Model = turn.ModelFunc(func(context.Context, turn.Input) (turn.Output, error) {
+		<-stuck // never looks at its context
+		return turn.Output{Events: []session.Event{{Text: "too late"}}}, nil
+	})
+	b.runner.TurnTimeout = 20 * time.Millisecond
+	req := newRequest("c-stuck", "u-1", "anyone?")
+	_, err := b.runner.Run(context.Background(), req)
+	require.ErrorIs(t, err, turn.ErrTurnTimeout)
+	require.Equal(t, turn.KindAttempt, turn.Classify(err))
+	_, total := historyOf(t, b.sessions, b.runner.Key(req), req.ID)
+	require.Zero(t, total, "the late answer is dropped")
+}
+
+// A panicking model fails its attempt instead of crashing the worker.
+func TestModelPanicFailsTheAttempt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.runner.Model = turn.ModelFunc(func(context.Context, turn.Input) (turn.Output, error) {
+		var m map[string]int
+		m["boom"]++ // a nil map write: a bug in the host's model
+		return turn.Output{}, nil
+	})
+	req := newRequest("c-panic", "u-1", "hi")
+	var err error
+	require.NotPanics(t, func() { _, err = b.runner.Run(context.Background(), req) })
+	require.ErrorContains(t, err, "panic: assignment to entry in nil map")
+	require.Equal(t, turn.KindAttempt, turn.Classify(err))
+}
