@@ -1,0 +1,85 @@
+package consumer_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/turnstile-go/turnstile/consumer"
+	"github.com/turnstile-go/turnstile/turn"
+)
+
+// python runs testdata/interop.py with Debian's python3 and its confluent-kafka (librdkafka).
+// Missing, the test is skipped, or failed under CI=true.
+func python(t *testing.T, stdin string, args ...string) []map[string]any {
+	t.Helper()
+	const py = "/usr/bin/python3"
+	if err := exec.Command(py, "-c", "import confluent_kafka").Run(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("python3-confluent-kafka is needed (apt-get install python3-confluent-kafka): %v", err)
+		}
+		t.Skipf("python3-confluent-kafka not installed: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, py, append([]string{"testdata/interop.py"}, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), "interop.py %v: %s", args, stderr.String())
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &m), line)
+		out = append(out, m)
+	}
+	return out
+}
+
+// Requests produced by another client with a Java-compatible partitioner are served, and that
+// client, reading as read_committed, finds each result under the request's key, on the
+// request's partition, with turnstile's headers.
+func TestConfluentKafkaInterop(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 6, 6)
+	e.start(memberOpts{})
+	var lines []string
+	reqs := map[string]turn.Request{}
+	for i := range 12 {
+		r := request(fmt.Sprintf("py-%d", i), fmt.Sprintf("hello from python %d", i))
+		data, err := r.Encode()
+		require.NoError(t, err)
+		lines = append(lines, r.ConversationID+"\t"+string(data))
+		reqs[r.ConversationID] = r
+	}
+	produced := python(t, strings.Join(lines, "\n")+"\n", "produce", e.cluster.BrokerList(), e.requests)
+	require.Len(t, produced, len(reqs))
+	requestPartition := map[string]float64{}
+	for _, p := range produced {
+		requestPartition[p["key"].(string)] = p["partition"].(float64)
+	}
+
+	results := python(t, "", "consume", e.cluster.BrokerList(), e.results, fmt.Sprint(len(reqs)))
+	require.Len(t, results, len(reqs))
+	for _, r := range results {
+		key := r["key"].(string)
+		req, ok := reqs[key]
+		require.True(t, ok, "result under unknown key %q", key)
+		require.Equal(t, requestPartition[key], r["partition"], "result of %s co-partitioned with its request", key)
+		headers := r["headers"].(map[string]any)
+		require.Equal(t, req.ID, headers[consumer.HeaderRequestID])
+		require.Equal(t, key, headers[consumer.HeaderConversationID])
+		res, err := turn.DecodeResult([]byte(r["value"].(string)))
+		require.NoError(t, err)
+		require.Equal(t, req.ID, res.RequestID)
+		require.Contains(t, res.Text, req.Text)
+	}
+}
