@@ -46,7 +46,7 @@ func TestStoreOutageSpendsNoAttempt(t *testing.T) {
 	require.Len(t, results[req.ID], 1)
 	require.Zero(t, m.c.Stats().DeadLetters)
 	require.Zero(t, m.c.Stats().Retries, "an outage is not the request's fault")
-	entry, err := e.inbox.Get(context.Background(), req.ID)
+	entry, err := e.inbox.Get(context.Background(), turn.InboxKey(turn.DefaultApp, req))
 	require.NoError(t, err)
 	require.Equal(t, 1, entry.Attempts)
 	_, perRequest := e.history("c-outage")

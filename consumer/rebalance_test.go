@@ -251,7 +251,7 @@ func TestRateLimitPausesPartitions(t *testing.T) {
 	require.EqualValues(t, 3, st.Claims, "the member stayed in the group: no partition moved")
 	for conv := range sent {
 		for _, r := range sent[conv] {
-			entry, err := e.inbox.Get(context.Background(), r.ID)
+			entry, err := e.inbox.Get(context.Background(), turn.InboxKey(turn.DefaultApp, r))
 			require.NoError(t, err)
 			require.Equal(t, 1, entry.Attempts, "request %s", r.ID)
 		}

@@ -26,13 +26,14 @@ import (
 // when the code is right.
 const sadWait = 20 * time.Second
 
-func (e *env) waitDone(t *testing.T, ids ...string) {
+func (e *env) waitDone(t *testing.T, reqs ...turn.Request) {
 	t.Helper()
 	status := func() (string, bool) {
 		var out []string
 		all := true
-		for _, id := range ids {
-			entry, err := e.inbox.Get(context.Background(), id)
+		for _, r := range reqs {
+			id := r.ID
+			entry, err := e.inbox.Get(context.Background(), turn.InboxKey(turn.DefaultApp, r))
 			switch {
 			case err != nil:
 				out, all = append(out, id[:8]+": never begun"), false
@@ -72,7 +73,7 @@ func TestModelTimeoutErrorIsAnAttemptNotAStall(t *testing.T) {
 	next := request("c-timeout", "the next email")
 	e.produce(slow, next)
 
-	e.waitDone(t, next.ID)
+	e.waitDone(t, next)
 	require.Zero(t, m.c.Stats().Abandoned, "no revoke or shutdown happened")
 }
 
@@ -91,7 +92,7 @@ func TestOversizedDeadLetterDoesNotStall(t *testing.T) {
 	require.NoError(t, err)
 	e.cluster.ProduceTo(t, e.requests, 0, next.ConversationID, data, nil)
 
-	e.waitDone(t, next.ID)
+	e.waitDone(t, next)
 	dead := e.cluster.ReadAll(t, e.dlq, 1, wait)
 	require.Len(t, dead, 1)
 	require.Empty(t, dead[0].Value)
@@ -114,7 +115,7 @@ func TestRefusedResultIsDeadLettered(t *testing.T) {
 	}})
 	novel, next := request("c-novel", "write me a novel"), request("c-novel", "a haiku then")
 	e.produce(novel, next)
-	e.waitDone(t, next.ID)
+	e.waitDone(t, next)
 	dead := e.cluster.ReadAll(t, e.dlq, 1, wait)
 	require.Len(t, dead, 1)
 	h := kafkatest.HeaderMap(dead[0])
@@ -132,7 +133,7 @@ func TestNoCommitBeforeResultIsDurable(t *testing.T) {
 	m := e.start(memberOpts{})
 	req := request("c-g2", "hello")
 	e.produce(req)
-	e.waitDone(t, req.ID)              // the turn is done and stored in the inbox...
+	e.waitDone(t, req)                 // the turn is done and stored in the inbox...
 	time.Sleep(500 * time.Millisecond) // ...and several commit intervals pass
 	require.Zero(t, m.c.Stats().Records, "not marked while its result is not published")
 	require.EqualValues(t, -1, e.cluster.CommittedOffset(t, e.group, e.requests, 0))
@@ -195,13 +196,13 @@ func TestBackpressurePauseDoesNotSurviveReassignment(t *testing.T) {
 	b.stop(t) // the partition moves back to a
 	open()
 
-	var fresh []string
+	var fresh []turn.Request
 	for p := range int32(2) {
 		r := request(fmt.Sprintf("p%d", p), "after the partition came back")
 		data, err := r.Encode()
 		require.NoError(t, err)
 		e.cluster.ProduceTo(t, e.requests, p, r.ConversationID, data, nil)
-		fresh = append(fresh, r.ID)
+		fresh = append(fresh, r)
 	}
 	e.waitDone(t, fresh...)
 	_ = a
@@ -225,7 +226,7 @@ func TestConsumerTurnTimeoutSpendsAttempts(t *testing.T) {
 	dead := e.cluster.ReadAll(t, e.dlq, 1, sadWait)
 	require.Len(t, dead, 1)
 
-	entry, err := e.inbox.Get(context.Background(), req.ID)
+	entry, err := e.inbox.Get(context.Background(), turn.InboxKey(turn.DefaultApp, req))
 	require.NoError(t, err)
 	require.Equal(t, inbox.StatusDead.String(), entry.Status.String(),
 		"dead-lettered, but the inbox holds %d attempts and reason %q", entry.Attempts, entry.Reason)
@@ -471,7 +472,7 @@ func TestShutdownWithHungBrokers(t *testing.T) {
 	}})
 	req := request("c-hung", "hello")
 	e.produce(req)
-	e.waitDone(t, req.ID)
+	e.waitDone(t, req)
 	time.Sleep(300 * time.Millisecond) // the mark is committed
 
 	d.freeze()

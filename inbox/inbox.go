@@ -101,9 +101,12 @@ type Failure struct {
 	Refund bool
 }
 
-// Inbox records deliveries and outcomes by request id. Implementations are safe for
-// concurrent use by many goroutines and processes; Begin in particular is atomic, so two
-// members that receive the same request during a rebalance both count an attempt.
+// Inbox records deliveries and outcomes by request id. The id is opaque to the Inbox: a caller
+// that serves several users scopes it, as turn.Runner does (Runner.InboxKey), so that a request
+// id copied from another user's result can neither replay nor complete that user's request.
+// Implementations are safe for concurrent use by many goroutines and processes; Begin in
+// particular is atomic, so two members that receive the same request during a rebalance both
+// count an attempt.
 // Infrastructure failures should satisfy `interface{ Retryable() bool }`.
 type Inbox interface {
 	// Begin records a delivery. A new request gets an entry with one attempt, stored as

@@ -20,7 +20,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Sentinel errors a Store returns, matched with errors.Is. Implementations may wrap them.
@@ -111,7 +113,9 @@ type Turn struct {
 }
 
 // Validate reports an error wrapping ErrInvalid when t breaks the Turn rules: an empty request
-// id, no events, or an event whose RequestID is set and differs from t.RequestID.
+// id, no events, an event whose RequestID is set and differs from t.RequestID, an event text,
+// author or id that is not valid UTF-8 or holds NUL, or an event time outside years 1 to 9999
+// (what every Store can keep to the microsecond).
 func (t Turn) Validate() error {
 	if t.RequestID == "" {
 		return fmt.Errorf("%w: turn: empty request id", ErrInvalid)
@@ -120,12 +124,21 @@ func (t Turn) Validate() error {
 		return fmt.Errorf("%w: turn %s: no events", ErrInvalid, t.RequestID)
 	}
 	for i, e := range t.Events {
-		if e.RequestID != "" && e.RequestID != t.RequestID {
+		switch {
+		case e.RequestID != "" && e.RequestID != t.RequestID:
 			return fmt.Errorf("%w: turn %s: event %d has request id %q", ErrInvalid, t.RequestID, i, e.RequestID)
+		case !storableText(e.Text) || !storableText(e.Author) || !storableText(e.ID):
+			return fmt.Errorf("%w: turn %s: event %d: text, author and id must be valid UTF-8 without NUL", ErrInvalid, t.RequestID, i)
+		case !e.Time.IsZero() && (e.Time.Year() < 1 || e.Time.Year() > 9999):
+			return fmt.Errorf("%w: turn %s: event %d: time %s is outside years 1 to 9999", ErrInvalid, t.RequestID, i, e.Time)
 		}
 	}
 	return nil
 }
+
+// storableText reports whether every Store can keep s as it is: PostgreSQL's TEXT refuses NUL
+// and invalid UTF-8, so no Store takes them, and a turn is stored alike everywhere.
+func storableText(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
 
 // Appended is the outcome of a successful Append.
 type Appended struct {

@@ -97,6 +97,24 @@ func RetryAfter(d time.Duration, err error) error {
 	return &retryAfterError{delay: max(d, 0), err: err}
 }
 
+type unavailableError struct{ err error }
+
+func (e *unavailableError) Error() string   { return "unavailable: " + e.err.Error() }
+func (e *unavailableError) Unwrap() error   { return e.err }
+func (e *unavailableError) Retryable() bool { return true }
+
+// Unavailable marks err as an outage of a dependency that is no fault of the request (a model
+// server that refuses connections, answers 503, or restarts): Classify makes it
+// KindUnavailable, so the consumer retries after a backoff without spending an attempt. Use it
+// only where the request cannot be the cause, or a poison request would retry forever.
+// Unavailable(nil) returns nil.
+func Unavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &unavailableError{err: err}
+}
+
 // RetryDelay returns the delay of the RetryAfter error in err's chain, if there is one.
 func RetryDelay(err error) (time.Duration, bool) {
 	var ra *retryAfterError

@@ -207,6 +207,8 @@ func (d Decoder) Validate(req Request) error {
 		return &DecodeError{Field: "text", Problem: fmt.Sprintf("%d bytes, over the limit of %d", len(req.Text), d.maxText())}
 	case !utf8.ValidString(req.Text):
 		return &DecodeError{Field: "text", Problem: "not valid UTF-8"}
+	case strings.ContainsRune(req.Text, 0):
+		return &DecodeError{Field: "text", Problem: "contains NUL (U+0000)"}
 	}
 	if len(req.Metadata) > MaxMetadataEntries {
 		return &DecodeError{Field: "metadata", Problem: fmt.Sprintf("%d entries, over the limit of %d", len(req.Metadata), MaxMetadataEntries)}

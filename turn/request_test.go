@@ -79,6 +79,7 @@ func TestDecodeRejects(t *testing.T) {
 		{"negative sequence", envelope(t, set("sequence", -1)), "sequence", "negative"},
 		{"fractional sequence", envelope(t, set("sequence", 1.5)), "sequence", "wrong JSON type"},
 		{"empty text", envelope(t, set("text", "  ")), "text", "empty"},
+		{"NUL in text", envelope(t, set("text", "a\x00b")), "text", "contains NUL"},
 		{"text over the limit", envelope(t, set("text", strings.Repeat("x", turn.DefaultMaxTextBytes+1))), "text", "over the limit of 1048576"},
 		{"bad created_at", envelope(t, set("created_at", "yesterday")), "created_at", "not an RFC 3339 time"},
 		{"metadata empty key", envelope(t, set("metadata", map[string]string{"": "v"})), "metadata", "non-empty"},

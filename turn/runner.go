@@ -9,6 +9,8 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/turnstile-go/turnstile/inbox"
 	"github.com/turnstile-go/turnstile/session"
 )
@@ -102,6 +104,18 @@ func cmp[T comparable](v, def T) T {
 	return v
 }
 
+// InboxKey returns the key under which req is recorded in the inbox: its request id scoped to
+// its session key, "REQUEST_ID/SCOPE" where SCOPE is a version 5 UUID of (App, UserID,
+// ConversationID). Request ids travel in result and dead-letter headers, so anyone may copy
+// one: scoped, a copied id in another user's or conversation's record can neither replay the
+// other request's stored result nor complete it or spend its attempts (G7).
+func (r *Runner) InboxKey(req Request) string { return InboxKey(r.app(), req) }
+
+// InboxKey is Runner.InboxKey for a Runner whose App is app.
+func InboxKey(app string, req Request) string {
+	return req.ID + "/" + uuid.NewSHA1(inboxScopeNamespace, []byte(lengthPrefixed(app, req.UserID, req.ConversationID))).String()
+}
+
 // Key returns the session key of req: (App, req.UserID, req.ConversationID).
 func (r *Runner) Key(req Request) session.Key {
 	return session.Key{App: r.app(), User: req.UserID, Conversation: req.ConversationID}
@@ -123,7 +137,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
 		return Result{}, &DeadLetterError{RequestID: req.ID, Reason: err.Error(), Err: err}
 	}
 	entry, err := r.Inbox.Begin(ctx, inbox.Delivery{
-		RequestID: req.ID, Conversation: req.ConversationID,
+		RequestID: r.InboxKey(req), Conversation: req.ConversationID,
 		Topic: req.Source.Topic, Partition: req.Source.Partition, Offset: req.Source.Offset,
 	})
 	if err != nil {
@@ -291,7 +305,7 @@ func (r *Runner) complete(ctx context.Context, req Request, stored []session.Eve
 	if err != nil {
 		return Result{}, fmt.Errorf("encode result: %w", err)
 	}
-	if err := r.Inbox.Complete(ctx, req.ID, data); err != nil {
+	if err := r.Inbox.Complete(ctx, r.InboxKey(req), data); err != nil {
 		return Result{}, fmt.Errorf("inbox complete: %w", err)
 	}
 	return res, nil
@@ -313,12 +327,12 @@ func (r *Runner) failed(ctx context.Context, req Request, attempts int, err erro
 		}
 		log.Warn("turn attempt failed", "err", err)
 		r.bookkeep(ctx, log, func(ctx context.Context) error {
-			return r.Inbox.Fail(ctx, req.ID, inbox.Failure{Reason: err.Error()})
+			return r.Inbox.Fail(ctx, r.InboxKey(req), inbox.Failure{Reason: err.Error()})
 		})
 	default: // not the request's fault: give the attempt back
 		log.Info("turn not completed; attempt refunded", "err", err)
 		r.bookkeep(ctx, log, func(ctx context.Context) error {
-			return r.Inbox.Fail(ctx, req.ID, inbox.Failure{Reason: err.Error(), Refund: true})
+			return r.Inbox.Fail(ctx, r.InboxKey(req), inbox.Failure{Reason: err.Error(), Refund: true})
 		})
 	}
 	return err
@@ -329,7 +343,7 @@ func (r *Runner) deadLetter(ctx context.Context, req Request, attempts int, reas
 	log := r.logger().With("request_id", req.ID, "conversation_id", req.ConversationID,
 		"topic", req.Source.Topic, "partition", req.Source.Partition, "offset", req.Source.Offset)
 	log.Error("request dead-lettered", "attempts", attempts, "reason", reason)
-	r.bookkeep(ctx, log, func(ctx context.Context) error { return r.Inbox.MarkDead(ctx, req.ID, reason) })
+	r.bookkeep(ctx, log, func(ctx context.Context) error { return r.Inbox.MarkDead(ctx, r.InboxKey(req), reason) })
 	return &DeadLetterError{RequestID: req.ID, Reason: reason, Attempts: attempts, Err: cause}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,7 +54,7 @@ func TestModelOwnTimeoutIsAnAttempt(t *testing.T) {
 		_, err := b.runner.Run(ctx, req)
 		kinds = append(kinds, turn.Classify(err))
 	}
-	entry, err := b.inbox.Get(ctx, req.ID)
+	entry, err := b.inbox.Get(ctx, b.runner.InboxKey(req))
 	require.NoError(t, err)
 	require.Contains(t, kinds, turn.KindPermanent,
 		"6 deliveries whose model call timed out never dead-letter: kinds %v, inbox attempts %d, status %s",
@@ -73,7 +74,7 @@ func TestEmptyStoredTurnIsAnErrorNotAPanic(t *testing.T) {
 	b := setup(t)
 	b.runner.Sessions = emptyFindTurn{b.sessions}
 	req := newRequest("c-empty-turn", "u-1", "hi")
-	_, err := b.inbox.Begin(context.Background(), inbox.Delivery{RequestID: req.ID}) // an earlier delivery
+	_, err := b.inbox.Begin(context.Background(), inbox.Delivery{RequestID: b.runner.InboxKey(req)}) // an earlier delivery
 	require.NoError(t, err)
 	require.NotPanics(t, func() {
 		_, err = b.runner.Run(context.Background(), req)
@@ -89,7 +90,7 @@ func TestCrashLoopDeadLetterCountsRanAttempts(t *testing.T) {
 	ctx := context.Background()
 	req := newRequest("c-crashloop-count", "u-1", "kills the worker")
 	for range turn.DefaultMaxAttempts {
-		_, err := b.inbox.Begin(ctx, inbox.Delivery{RequestID: req.ID})
+		_, err := b.inbox.Begin(ctx, inbox.Delivery{RequestID: b.runner.InboxKey(req)})
 		require.NoError(t, err)
 	}
 	_, err := b.runner.Run(ctx, req)
@@ -131,4 +132,77 @@ func TestModelPanicFailsTheAttempt(t *testing.T) {
 	require.NotPanics(t, func() { _, err = b.runner.Run(context.Background(), req) })
 	require.ErrorContains(t, err, "panic: assignment to entry in nil map")
 	require.Equal(t, turn.KindAttempt, turn.Classify(err))
+}
+
+// Request ids travel in result and dead-letter headers, so anyone may copy one. A record of
+// mallory's own conversation that reuses alice's request id must not be answered with alice's
+// stored result (G7): the inbox key is scoped to the session key.
+func TestCopiedRequestIDDoesNotReplayAnotherUsersResult(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	alice := newRequest("c-alice", "alice", "my card number is 4111 1111 1111 1111")
+	_, err := b.runner.Run(ctx, alice)
+	require.NoError(t, err)
+
+	mallory := newRequest("c-mallory", "mallory", "hi")
+	mallory.ID = alice.ID
+	res, err := b.runner.Run(ctx, mallory)
+	require.NoError(t, err) // served as her own request, in her own session
+	require.False(t, res.Replayed)
+	require.Equal(t, "mallory", res.UserID)
+	require.NotContains(t, res.Text, "4111")
+	require.NotEqual(t, b.runner.InboxKey(alice), b.runner.InboxKey(mallory))
+}
+
+// The other direction: alice's request is in progress; mallory's record with alice's request
+// id must neither complete alice's entry nor spend its attempts.
+func TestCopiedRequestIDDoesNotCompleteAnotherUsersRequest(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.model.err = func(n int64) error {
+		if n == 1 {
+			return errors.New("flaky model")
+		}
+		return nil
+	}
+	alice := newRequest("c-alice", "alice", "alice's question")
+	_, err := b.runner.Run(ctx, alice)
+	require.Equal(t, turn.KindAttempt, turn.Classify(err))
+
+	mallory := newRequest("c-mallory", "mallory", "mallory's question")
+	mallory.ID = alice.ID
+	_, err = b.runner.Run(ctx, mallory)
+	require.NoError(t, err)
+	entry, err := b.inbox.Get(ctx, b.runner.InboxKey(alice))
+	require.NoError(t, err)
+	require.Equal(t, inbox.StatusInProgress, entry.Status)
+	require.Equal(t, 1, entry.Attempts, "mallory's delivery spent none of alice's attempts")
+
+	res, err := b.runner.Run(ctx, alice)
+	require.NoError(t, err)
+	require.Equal(t, "alice", res.UserID)
+	require.Contains(t, res.Text, "alice's question")
+}
+
+func TestInboxKeyIsScoped(t *testing.T) {
+	t.Parallel()
+	req := newRequest("c-1", "u-1", "x")
+	k := turn.InboxKey("app", req)
+	require.True(t, strings.HasPrefix(k, req.ID+"/"), k)
+	require.Equal(t, k, turn.InboxKey("app", req), "stable")
+	for name, other := range map[string]func(r *turn.Request) string{
+		"app":          func(*turn.Request) string { return turn.InboxKey("other", req) },
+		"user":         func(r *turn.Request) string { r.UserID = "u-2"; return turn.InboxKey("app", *r) },
+		"conversation": func(r *turn.Request) string { r.ConversationID = "c-2"; return turn.InboxKey("app", *r) },
+	} {
+		r := req
+		require.NotEqual(t, k, other(&r), name)
+	}
+	// The parts are length-prefixed: shifting a boundary changes the key.
+	a, b := req, req
+	a.UserID, a.ConversationID = "u-1c", "-1"
+	b.UserID, b.ConversationID = "u-1", "c-1"
+	require.NotEqual(t, turn.InboxKey("app", a), turn.InboxKey("app", b))
 }

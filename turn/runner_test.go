@@ -288,7 +288,7 @@ func TestZombieAppendConflicts(t *testing.T) {
 	require.Equal(t, 3, n)
 	require.EqualValues(t, 3, total)
 	require.Equal(t, `echo "who wins?" after 0 events`, res.Text)
-	entry, err := b.inbox.Get(ctx, req.ID)
+	entry, err := b.inbox.Get(ctx, b.runner.InboxKey(req))
 	require.NoError(t, err)
 	require.Equal(t, inbox.StatusDone, entry.Status)
 }
@@ -312,7 +312,7 @@ func TestForeignConversationRejected(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 3, sess.EventCount)
 	require.EqualValues(t, 1, sess.Version)
-	entry, err := b.inbox.Get(ctx, intruder.ID)
+	entry, err := b.inbox.Get(ctx, b.runner.InboxKey(intruder))
 	require.NoError(t, err)
 	require.Equal(t, inbox.StatusDead, entry.Status)
 }
@@ -330,7 +330,7 @@ func TestTurnDeadline(t *testing.T) {
 	require.ErrorIs(t, err, turn.ErrTurnTimeout)
 	require.Equal(t, turn.KindAttempt, turn.Classify(err))
 
-	entry, err := b.inbox.Get(context.Background(), req.ID)
+	entry, err := b.inbox.Get(context.Background(), b.runner.InboxKey(req))
 	require.NoError(t, err)
 	require.Equal(t, inbox.StatusInProgress, entry.Status)
 	require.Equal(t, 1, entry.Attempts)
@@ -364,7 +364,7 @@ func TestCrashLoopCountsAttempts(t *testing.T) {
 	ctx := context.Background()
 	req := newRequest("c-crashloop", "u-1", "kills the worker")
 	for range turn.DefaultMaxAttempts { // deliveries that died mid-turn: Begin, then nothing
-		_, err := b.inbox.Begin(ctx, inbox.Delivery{RequestID: req.ID})
+		_, err := b.inbox.Begin(ctx, inbox.Delivery{RequestID: b.runner.InboxKey(req)})
 		require.NoError(t, err)
 	}
 	_, err := b.runner.Run(ctx, req)
@@ -401,7 +401,7 @@ func TestRateLimitAndCancelRefundAttempts(t *testing.T) {
 	d, ok := turn.RetryDelay(err)
 	require.True(t, ok)
 	require.Equal(t, 2*time.Second, d)
-	entry, err := b.inbox.Get(ctx, req.ID)
+	entry, err := b.inbox.Get(ctx, b.runner.InboxKey(req))
 	require.NoError(t, err)
 	require.Zero(t, entry.Attempts, "a rate limit spends no attempt")
 
@@ -412,7 +412,7 @@ func TestRateLimitAndCancelRefundAttempts(t *testing.T) {
 	})
 	_, err = b.runner.Run(canceled, req)
 	require.Equal(t, turn.KindCanceled, turn.Classify(err))
-	entry, err = b.inbox.Get(ctx, req.ID)
+	entry, err = b.inbox.Get(ctx, b.runner.InboxKey(req))
 	require.NoError(t, err)
 	require.Zero(t, entry.Attempts, "an abandoned turn spends no attempt")
 }
@@ -459,6 +459,7 @@ func TestClassify(t *testing.T) {
 		{fmt.Errorf("%w: %w", turn.ErrAbandoned, context.Canceled), turn.KindCanceled},
 		{session.ErrConflict, turn.KindUnavailable},
 		{retryableErr{}, turn.KindUnavailable},
+		{turn.Unavailable(base), turn.KindUnavailable},
 		{session.ErrOwnerMismatch, turn.KindPermanent},
 		{&turn.DecodeError{Field: "text", Problem: "empty"}, turn.KindPermanent},
 	} {
@@ -466,6 +467,7 @@ func TestClassify(t *testing.T) {
 	}
 	require.NoError(t, turn.Permanent(nil))
 	require.NoError(t, turn.RetryAfter(time.Second, nil))
+	require.NoError(t, turn.Unavailable(nil))
 }
 
 type retryableErr struct{}

@@ -2,6 +2,7 @@ package turn
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/google/uuid"
 )
@@ -11,7 +12,20 @@ import (
 var (
 	toolKeyNamespace = uuid.NewSHA1(uuid.NameSpaceURL, []byte("https://github.com/turnstile-go/turnstile/tool-key"))
 	eventIDNamespace = uuid.NewSHA1(uuid.NameSpaceURL, []byte("https://github.com/turnstile-go/turnstile/event-id"))
+	// inboxScopeNamespace names the scope part of inbox keys (Runner.InboxKey).
+	inboxScopeNamespace = uuid.NewSHA1(uuid.NameSpaceURL, []byte("https://github.com/turnstile-go/turnstile/inbox-scope"))
 )
+
+// lengthPrefixed joins parts so that no two lists of parts give the same string.
+func lengthPrefixed(parts ...string) string {
+	var b strings.Builder
+	for _, p := range parts {
+		b.WriteString(strconv.Itoa(len(p)))
+		b.WriteByte(':')
+		b.WriteString(p)
+	}
+	return b.String()
+}
 
 // ToolKey returns a stable idempotency key for the side effect callID (a name the host picks
 // per tool call of a turn, such as "refund" or the model's tool-call id) of the request

@@ -29,7 +29,7 @@ func (b *Inbox) Begin(ctx context.Context, d inbox.Delivery) (inbox.Entry, error
 		return err
 	})
 	if err != nil {
-		return inbox.Entry{}, b.fail("begin", d.RequestID, err)
+		return inbox.Entry{}, b.fail(ctx, "begin", d.RequestID, err)
 	}
 	if e.Status == inbox.StatusInProgress && deliveries == 1 {
 		e.Status = inbox.StatusNew // this statement inserted the entry
@@ -44,13 +44,13 @@ func (b *Inbox) Complete(ctx context.Context, requestID string, result []byte) e
 		return fmt.Errorf("%w: empty request id", inbox.ErrInvalid)
 	}
 	res, err := b.exec(ctx, b.q.complete, requestID, sqldialect.Bytes(result), b.d.Time(time.Now()))
-	if err := b.changed("complete", requestID, res, err); !errors.Is(err, errUnchanged) {
+	if err := b.changed(ctx, "complete", requestID, res, err); !errors.Is(err, errUnchanged) {
 		return err
 	}
 	status, reason, err := b.status(ctx, requestID)
 	switch {
 	case err != nil:
-		return b.fail("complete", requestID, err)
+		return b.fail(ctx, "complete", requestID, err)
 	case status == "":
 		return fmt.Errorf("%w: request %s", inbox.ErrNotFound, requestID)
 	case status == stDead:
@@ -64,7 +64,7 @@ func (b *Inbox) Fail(ctx context.Context, requestID string, f inbox.Failure) err
 	if requestID == "" {
 		return fmt.Errorf("%w: empty request id", inbox.ErrInvalid)
 	}
-	res, err := b.exec(ctx, b.q.fail, requestID, f.Reason, f.Refund, b.d.Time(time.Now()))
+	res, err := b.exec(ctx, b.q.fail, requestID, sqldialect.Text(f.Reason), f.Refund, b.d.Time(time.Now()))
 	return b.changedOrExists(ctx, "fail", requestID, res, err)
 }
 
@@ -73,7 +73,7 @@ func (b *Inbox) MarkDead(ctx context.Context, requestID, reason string) error {
 	if requestID == "" {
 		return fmt.Errorf("%w: empty request id", inbox.ErrInvalid)
 	}
-	res, err := b.exec(ctx, b.q.markDead, requestID, reason, b.d.Time(time.Now()))
+	res, err := b.exec(ctx, b.q.markDead, requestID, sqldialect.Text(reason), b.d.Time(time.Now()))
 	return b.changedOrExists(ctx, "mark dead", requestID, res, err)
 }
 
@@ -87,7 +87,7 @@ func (b *Inbox) Get(ctx context.Context, requestID string) (inbox.Entry, error) 
 		return inbox.Entry{}, fmt.Errorf("%w: request %s", inbox.ErrNotFound, requestID)
 	}
 	if err != nil {
-		return inbox.Entry{}, b.fail("get", requestID, err)
+		return inbox.Entry{}, b.fail(ctx, "get", requestID, err)
 	}
 	return e, nil
 }
@@ -103,11 +103,11 @@ func (b *Inbox) Purge(ctx context.Context, before time.Time) (int64, error) {
 		}
 		res, err := b.exec(ctx, b.q.purge, b.d.Time(before), b.batch)
 		if err != nil {
-			return total, fmt.Errorf("sqlinbox: purge: %w", sqldialect.Classify(err))
+			return total, fmt.Errorf("sqlinbox: purge: %w", sqldialect.ClassifyContext(ctx, err))
 		}
 		n, err := res.RowsAffected()
 		if err != nil {
-			return total, fmt.Errorf("sqlinbox: purge: %w", sqldialect.Classify(err))
+			return total, fmt.Errorf("sqlinbox: purge: %w", sqldialect.ClassifyContext(ctx, err))
 		}
 		total += n
 		if n < int64(b.batch) {
@@ -130,13 +130,13 @@ var errUnchanged = errors.New("no row changed")
 
 // changed returns nil when the UPDATE changed a row, errUnchanged when it changed none, and
 // the classified error when it failed.
-func (b *Inbox) changed(op, requestID string, res sql.Result, err error) error {
+func (b *Inbox) changed(ctx context.Context, op, requestID string, res sql.Result, err error) error {
 	if err != nil {
-		return b.fail(op, requestID, err)
+		return b.fail(ctx, op, requestID, err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return b.fail(op, requestID, err)
+		return b.fail(ctx, op, requestID, err)
 	}
 	if n == 0 {
 		return errUnchanged
@@ -147,13 +147,13 @@ func (b *Inbox) changed(op, requestID string, res sql.Result, err error) error {
 // changedOrExists is changed for updates that are no-ops on entries in a final state: an
 // unchanged row is fine when the entry exists, ErrNotFound when it does not.
 func (b *Inbox) changedOrExists(ctx context.Context, op, requestID string, res sql.Result, err error) error {
-	if err := b.changed(op, requestID, res, err); !errors.Is(err, errUnchanged) {
+	if err := b.changed(ctx, op, requestID, res, err); !errors.Is(err, errUnchanged) {
 		return err
 	}
 	status, _, err := b.status(ctx, requestID)
 	switch {
 	case err != nil:
-		return b.fail(op, requestID, err)
+		return b.fail(ctx, op, requestID, err)
 	case status == "":
 		return fmt.Errorf("%w: request %s", inbox.ErrNotFound, requestID)
 	}
@@ -200,6 +200,6 @@ func scanEntry(row *sql.Row) (inbox.Entry, int, error) {
 
 // fail wraps a database error with the operation and request id, classifying
 // infrastructure failures as retryable.
-func (b *Inbox) fail(op, requestID string, err error) error {
-	return fmt.Errorf("sqlinbox: %s %s: %w", op, requestID, sqldialect.Classify(err))
+func (b *Inbox) fail(ctx context.Context, op, requestID string, err error) error {
+	return fmt.Errorf("sqlinbox: %s %s: %w", op, requestID, sqldialect.ClassifyContext(ctx, err))
 }

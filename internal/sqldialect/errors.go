@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 )
 
@@ -29,8 +30,9 @@ func (e *TransientError) Unwrap() error { return e.Err }
 func (e *TransientError) Retryable() bool { return true }
 
 // Classify wraps err in a *TransientError when it is an infrastructure failure worth
-// retrying, and returns it unchanged otherwise (nil stays nil). The caller's own context
-// ending is not retryable: the caller gave up.
+// retrying, and returns it unchanged otherwise (nil stays nil). A context error is returned
+// unchanged: without the caller's context, Classify cannot tell the caller giving up from a
+// driver's own timeout; ClassifyContext can.
 func Classify(err error) error {
 	if err == nil {
 		return nil
@@ -48,6 +50,19 @@ func Classify(err error) error {
 	return err
 }
 
+// ClassifyContext is Classify for an error of a call made with ctx: when ctx has ended the
+// caller gave up and err is returned unchanged; otherwise a context error in err is the
+// driver's own timeout (pgx's connect_timeout, say), an infrastructure failure, and retryable.
+func ClassifyContext(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return &TransientError{Err: err}
+	}
+	return Classify(err)
+}
+
 // Transient PostgreSQL SQLSTATE codes and classes (PostgreSQL manual, appendix A).
 var pgTransientStates = map[string]bool{
 	"40001": true, // serialization_failure
@@ -56,28 +71,36 @@ var pgTransientStates = map[string]bool{
 	"57P01": true, // admin_shutdown: pg_terminate_backend, a fast shutdown
 	"57P02": true, // crash_shutdown
 	"57P03": true, // cannot_connect_now: starting up or in recovery
-	"53300": true, // too_many_connections
 	"25P03": true, // idle_in_transaction_session_timeout (the server closed the session)
+	"25006": true, // read_only_sql_transaction: a primary demoted in a failover, a standby
+	"58000": true, // system_error
+	"58030": true, // io_error
 }
+
+// pgTransientClasses are SQLSTATE classes whose every code is an infrastructure failure:
+// 08 connection exception, 53 insufficient resources (disk full, out of memory, too many
+// connections, configuration limit).
+var pgTransientClasses = map[string]bool{"08": true, "53": true}
 
 // SQLite primary result codes (https://www.sqlite.org/rescode.html); extended codes keep the
 // primary one in the low byte.
 const (
-	sqliteBusy            = 5
-	sqliteLocked          = 6
-	sqliteProtocol        = 15
-	sqliteConstraintPK    = 1555 // SQLITE_CONSTRAINT_PRIMARYKEY
-	sqliteConstraintUniq  = 2067 // SQLITE_CONSTRAINT_UNIQUE
-	pgUniqueViolation     = "23505"
-	pgConnectionException = "08" // class 08: connection exception
+	sqliteBusy           = 5
+	sqliteLocked         = 6
+	sqliteIOErr          = 10
+	sqliteFull           = 13
+	sqliteProtocol       = 15
+	sqliteConstraintPK   = 1555 // SQLITE_CONSTRAINT_PRIMARYKEY
+	sqliteConstraintUniq = 2067 // SQLITE_CONSTRAINT_UNIQUE
+	pgUniqueViolation    = "23505"
 )
 
 // IsTransient reports whether err is an infrastructure failure worth retrying: a bad or
 // closed connection (driver.ErrBadConn, sql.ErrConnDone, io.ErrUnexpectedEOF, io.EOF, a
 // net.Error, connection refused/reset/aborted, broken pipe), a PostgreSQL error whose
-// SQLSTATE is in class 08 or one of 40001, 40P01, 55P03, 57P01, 57P02, 57P03, 53300, 25P03,
-// a driver error that says it is safe to retry (pgconn's SafeToRetry), or SQLITE_BUSY,
-// SQLITE_LOCKED or SQLITE_PROTOCOL. Errors are read through interfaces (SQLState() string,
+// SQLSTATE is in class 08 or 53 or one of 40001, 40P01, 55P03, 57P01, 57P02, 57P03, 25P03,
+// 25006, 58000, 58030, a driver error that says it is safe to retry (pgconn's SafeToRetry),
+// or SQLITE_BUSY, SQLITE_LOCKED, SQLITE_PROTOCOL, SQLITE_IOERR or SQLITE_FULL. Errors are read through interfaces (SQLState() string,
 // Code() int), so no driver is imported here.
 func IsTransient(err error) bool {
 	if err == nil {
@@ -91,11 +114,11 @@ func IsTransient(err error) bool {
 		return true
 	}
 	if state, ok := sqlState(err); ok {
-		return pgTransientStates[state] || len(state) == 5 && state[:2] == pgConnectionException
+		return pgTransientStates[state] || len(state) == 5 && pgTransientClasses[state[:2]]
 	}
 	if code, ok := sqliteCode(err); ok {
 		switch code & 0xff {
-		case sqliteBusy, sqliteLocked, sqliteProtocol:
+		case sqliteBusy, sqliteLocked, sqliteProtocol, sqliteIOErr, sqliteFull:
 			return true
 		}
 		return false
@@ -106,6 +129,13 @@ func IsTransient(err error) bool {
 	}
 	var ne net.Error
 	return errors.As(err, &ne)
+}
+
+// Text makes a free-form text (a failure reason quoting a model's or a server's bytes) storable
+// in a PostgreSQL TEXT column, which refuses NUL and invalid UTF-8: NULs are dropped and
+// invalid bytes become U+FFFD. SQLite would store either, so both databases keep the same.
+func Text(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "")
 }
 
 // IsUniqueViolation reports whether err is a unique or primary key constraint violation.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -137,10 +138,17 @@ func testInvalidTurn(t *testing.T, s session.Store) {
 
 	foreign := turn("r1", 2)
 	foreign.Events[1].RequestID = "someone-else"
+	nul, badUTF8, farFuture := turn("r1", 1), turn("r1", 1), turn("r1", 1)
+	nul.Events[0].Text = "a\x00b"
+	badUTF8.Events[0].Text = "\xff\xfe"
+	farFuture.Events[0].Time = time.Date(300000, 1, 1, 0, 0, 0, 0, time.UTC)
 	for name, tr := range map[string]session.Turn{
-		"empty request id":   {Events: turn("r1", 1).Events},
-		"no events":          {RequestID: "r1"},
-		"foreign request id": foreign,
+		"empty request id":     {Events: turn("r1", 1).Events},
+		"no events":            {RequestID: "r1"},
+		"foreign request id":   foreign,
+		"NUL in text":          nul,
+		"invalid UTF-8 text":   badUTF8,
+		"time after year 9999": farFuture,
 	} {
 		tr.State = json.RawMessage(`"changed"`)
 		_, err := s.Append(ctx, key, 0, tr)
@@ -251,6 +259,17 @@ func testDuplicateAppend(t *testing.T, s session.Store) {
 	require.EqualValues(t, 2, got.EventCount)
 	require.Equal(t, `"after r1"`, string(got.State), "a duplicate leaves the state")
 	requireSameEvents(t, first.Events, got.Events)
+
+	// An older request's turn, no longer the newest (a redelivery after an inbox purge or an
+	// offset reset): still a duplicate, whatever the store loads as recent.
+	mustAppend(t, s, key, 1, turn("r2", 1))
+	old, err := s.Append(ctx, key, 2, turn("r1", 2))
+	require.NoError(t, err)
+	require.True(t, old.Duplicate, "an older request's turn is not stored twice")
+	requireSameEvents(t, first.Events, old.Events)
+	got = get(t, s, key, 10)
+	require.EqualValues(t, 2, got.Version)
+	require.EqualValues(t, 3, got.EventCount)
 }
 
 func testStaleAppend(t *testing.T, s session.Store) {

@@ -32,7 +32,7 @@ func (s *Store) Get(ctx context.Context, key session.Key, recent int) (session.S
 	recent = min(max(recent, 0), maxRecent)
 	rows, err := s.db.QueryContext(ctx, s.q.get, key.App, key.Conversation, key.User, int64(recent))
 	if err != nil {
-		return session.Session{}, s.fail("get", key, err)
+		return session.Session{}, s.fail(ctx, "get", key, err)
 	}
 	defer rows.Close()
 	out := session.Session{Key: key}
@@ -56,7 +56,7 @@ func (s *Store) Get(ctx context.Context, key session.Key, recent int) (session.S
 			sqldialect.TimeScanner{T: &created}, sqldialect.TimeScanner{T: &updated},
 			&seq, &id, &req, &author, &txt, &data, sqldialect.TimeScanner{T: &at})
 		if err != nil {
-			return session.Session{}, s.fail("get", key, err)
+			return session.Session{}, s.fail(ctx, "get", key, err)
 		}
 		if kind == 0 {
 			found, owner = true, user.String
@@ -70,7 +70,7 @@ func (s *Store) Get(ctx context.Context, key session.Key, recent int) (session.S
 		})
 	}
 	if err := rows.Err(); err != nil {
-		return session.Session{}, s.fail("get", key, err)
+		return session.Session{}, s.fail(ctx, "get", key, err)
 	}
 	switch {
 	case !found:
@@ -100,11 +100,11 @@ func (s *Store) Create(ctx context.Context, key session.Key, state json.RawMessa
 			return session.Session{Key: key, State: nilIfEmpty(bytes.Clone(state)), CreatedAt: at, UpdatedAt: at}, nil
 		}
 		if !errors.Is(err, sql.ErrNoRows) {
-			return session.Session{}, s.fail("create", key, err)
+			return session.Session{}, s.fail(ctx, "create", key, err)
 		}
 		owner, _, found, err := s.lookup(ctx, s.db, key)
 		if err != nil {
-			return session.Session{}, s.fail("create", key, err)
+			return session.Session{}, s.fail(ctx, "create", key, err)
 		}
 		if !found {
 			continue // deleted since the insert saw it: try again
@@ -130,7 +130,7 @@ func (s *Store) Append(ctx context.Context, key session.Key, expectedVersion int
 	now := time.Now()
 	tx, err := s.d.BeginWrite(ctx, s.db)
 	if err != nil {
-		return session.Appended{}, s.fail("append", key, err)
+		return session.Appended{}, s.fail(ctx, "append", key, err)
 	}
 	defer tx.Rollback()
 
@@ -142,17 +142,17 @@ func (s *Store) Append(ctx context.Context, key session.Key, expectedVersion int
 		return session.Appended{}, s.whyNot(ctx, tx, key, expectedVersion)
 	}
 	if err != nil {
-		return session.Appended{}, s.fail("append", key, err)
+		return session.Appended{}, s.fail(ctx, "append", key, err)
 	}
 	s.hook(ctx, "bumped", tx)
 
 	prior, err := s.readTurn(ctx, tx, id, t.RequestID)
 	if err != nil {
-		return session.Appended{}, s.fail("append", key, err)
+		return session.Appended{}, s.fail(ctx, "append", key, err)
 	}
 	if len(prior) > 0 {
 		if err := tx.Rollback(); err != nil {
-			return session.Appended{}, s.fail("append", key, err)
+			return session.Appended{}, s.fail(ctx, "append", key, err)
 		}
 		return session.Appended{Version: expectedVersion, Events: prior, Duplicate: true}, nil
 	}
@@ -165,12 +165,12 @@ func (s *Store) Append(ctx context.Context, key session.Key, expectedVersion int
 	}
 	for i := 0; i < len(events); i += insertBatch {
 		if err := s.insertEvents(ctx, tx, id, events[i:min(i+insertBatch, len(events))], i); err != nil {
-			return session.Appended{}, s.fail("append", key, err)
+			return session.Appended{}, s.fail(ctx, "append", key, err)
 		}
 	}
 	s.hook(ctx, "inserted", tx)
 	if err := tx.Commit(); err != nil {
-		return session.Appended{}, s.fail("append: commit", key, err)
+		return session.Appended{}, s.fail(ctx, "append: commit", key, err)
 	}
 	return session.Appended{Version: version, Events: events}, nil
 }
@@ -196,7 +196,7 @@ func (s *Store) whyNot(ctx context.Context, q sqldialect.Querier, key session.Ke
 	owner, version, found, err := s.lookup(ctx, q, key)
 	switch {
 	case err != nil:
-		return s.fail("append", key, err)
+		return s.fail(ctx, "append", key, err)
 	case !found:
 		return fmt.Errorf("%w: session %s", session.ErrNotFound, key)
 	case owner != key.User:
@@ -246,7 +246,7 @@ func (s *Store) FindTurn(ctx context.Context, key session.Key, requestID string)
 	}
 	rows, err := s.db.QueryContext(ctx, s.q.findTurn, key.App, key.Conversation, key.User, requestID)
 	if err != nil {
-		return nil, s.fail("find turn", key, err)
+		return nil, s.fail(ctx, "find turn", key, err)
 	}
 	defer rows.Close()
 	var (
@@ -262,7 +262,7 @@ func (s *Store) FindTurn(ctx context.Context, key session.Key, requestID string)
 			at                   time.Time
 		)
 		if err := rows.Scan(&owner, &seq, &id, &req, &author, &txt, &data, sqldialect.TimeScanner{T: &at}); err != nil {
-			return nil, s.fail("find turn", key, err)
+			return nil, s.fail(ctx, "find turn", key, err)
 		}
 		found = true
 		if seq.Valid {
@@ -271,7 +271,7 @@ func (s *Store) FindTurn(ctx context.Context, key session.Key, requestID string)
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, s.fail("find turn", key, err)
+		return nil, s.fail(ctx, "find turn", key, err)
 	}
 	switch {
 	case !found:
@@ -291,7 +291,7 @@ func (s *Store) Delete(ctx context.Context, key session.Key) error {
 	}
 	tx, err := s.d.BeginWrite(ctx, s.db)
 	if err != nil {
-		return s.fail("delete", key, err)
+		return s.fail(ctx, "delete", key, err)
 	}
 	defer tx.Rollback()
 	var id int64
@@ -300,30 +300,30 @@ func (s *Store) Delete(ctx context.Context, key session.Key) error {
 		owner, _, found, err := s.lookup(ctx, tx, key)
 		switch {
 		case err != nil:
-			return s.fail("delete", key, err)
+			return s.fail(ctx, "delete", key, err)
 		case found && owner != key.User:
 			return fmt.Errorf("%w: session %s", session.ErrOwnerMismatch, key)
 		}
 		return fmt.Errorf("%w: session %s", session.ErrNotFound, key)
 	}
 	if err != nil {
-		return s.fail("delete", key, err)
+		return s.fail(ctx, "delete", key, err)
 	}
 	// ON DELETE CASCADE does this where foreign keys are enforced; SQLite enforces them only
 	// with PRAGMA foreign_keys=ON, so delete the events explicitly.
 	if _, err := tx.ExecContext(ctx, s.q.deleteEvents, id); err != nil {
-		return s.fail("delete", key, err)
+		return s.fail(ctx, "delete", key, err)
 	}
 	if err := tx.Commit(); err != nil {
-		return s.fail("delete: commit", key, err)
+		return s.fail(ctx, "delete: commit", key, err)
 	}
 	return nil
 }
 
 // fail wraps a database error with the operation and key, classifying infrastructure
 // failures as retryable.
-func (s *Store) fail(op string, key session.Key, err error) error {
-	return fmt.Errorf("sqlsession: %s %s: %w", op, key, sqldialect.Classify(err))
+func (s *Store) fail(ctx context.Context, op string, key session.Key, err error) error {
+	return fmt.Errorf("sqlsession: %s %s: %w", op, key, sqldialect.ClassifyContext(ctx, err))
 }
 
 func nilIfEmpty(b []byte) []byte {

@@ -287,7 +287,8 @@ func TestRespondStatusKinds(t *testing.T) {
 		{status: 409, body: errorBody("conflict", "conflict", ""), want: turn.KindAttempt},
 		{status: 500, body: errorBody("The server had an error", "server_error", ""), want: turn.KindAttempt},
 		{status: 502, body: `<html>bad gateway</html>`, want: turn.KindAttempt},
-		{status: 503, body: errorBody("Slow Down", "server_error", ""), want: turn.KindAttempt},
+		{status: 503, body: errorBody("Slow Down", "server_error", ""), want: turn.KindUnavailable},
+		{status: 503, body: errorBody("Slow Down", "server_error", ""), headers: []string{"Retry-After", "3"}, want: turn.KindRateLimited},
 		// vLLM's error body has no "error" object.
 		{status: 400, body: `{"object":"error","message":"max_tokens is too large","type":"BadRequestError","param":null,"code":400}`, want: turn.KindPermanent},
 		// A plain-text body, as a proxy in front of the server may send.
@@ -340,10 +341,16 @@ func TestRespondQuotesServerMessage(t *testing.T) {
 	}
 }
 
+// A connection cut during the exchange may be the request's doing (a server that crashes on
+// it): a failed attempt, unlike a refused connection (see TestServerDownIsNotAnAttempt).
 func TestRespondNetworkErrorIsAttempt(t *testing.T) {
 	t.Parallel()
-	f, c := setup(t, replyJSON(http.StatusOK, completion("unused", "stop")))
-	f.Close()
+	_, c := setup(t, func(w http.ResponseWriter, _ *http.Request) {
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			_ = conn.Close() // hang up without an answer
+		}
+	})
 	_, err := c.Respond(context.Background(), input("hello"))
 	require.Error(t, err)
 	require.Equal(t, turn.KindAttempt, turn.Classify(err), "%v", err)

@@ -45,7 +45,11 @@
 //	                              OpenAI's SDKs retry too)
 //	other HTTP 4xx                turn.Permanent(err): dead-lettered at once. A 4xx that says
 //	                              "x-should-retry: true" is a failed attempt instead.
-//	HTTP 5xx, network errors      plain error: a failed attempt
+//	HTTP 503                      turn.RetryAfter(d, err) when Retry-After says d, else
+//	                              turn.Unavailable(err): retried, no attempt spent
+//	connection refused, DNS       turn.Unavailable(err): the request was never sent
+//	other HTTP 5xx, other         plain error: a failed attempt (the request may be the
+//	network errors                cause: a model that crashes on it, a gateway timing out)
 //	Config.Timeout or the         ErrTimeout: a failed attempt
 //	HTTPClient's Timeout expired
 //	ctx ended                     the context's error, unchanged: the caller abandoned the turn

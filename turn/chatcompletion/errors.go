@@ -9,9 +9,11 @@ import (
 	"io"
 	"math"
 	"mime"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/openai/openai-go/v3"
@@ -42,7 +44,11 @@ func (c *Client) mapError(ctx context.Context, err error, raw *http.Response) er
 	var apiErr *openai.Error
 	if !errors.As(err, &apiErr) {
 		if raw == nil || raw.StatusCode < 400 {
-			return fmt.Errorf("chatcompletion: model %s: %w", c.cfg.Model, err)
+			err = fmt.Errorf("chatcompletion: model %s: %w", c.cfg.Model, err)
+			if notSent(err) { // the server is down or unknown: the request cannot be at fault
+				return turn.Unavailable(err)
+			}
+			return err
 		}
 		// The SDK could not decode the error body (Ollama's native {"error":"..."}, say) and
 		// returned the decoding error; build the *openai.Error it would have returned, so
@@ -58,6 +64,13 @@ func (c *Client) mapError(ctx context.Context, err error, raw *http.Response) er
 	switch status := apiErr.StatusCode; {
 	case status == http.StatusTooManyRequests:
 		return turn.RetryAfter(RetryAfter(resp.Header, time.Now()), err)
+	case status == http.StatusServiceUnavailable:
+		// Overloaded or in maintenance (RFC 9110 section 15.6.4): a pause when the server
+		// says how long, else a retry after a backoff; no attempt spent either way.
+		if d := RetryAfter(resp.Header, time.Now()); d > 0 {
+			return turn.RetryAfter(d, err)
+		}
+		return turn.Unavailable(err)
 	case status == http.StatusRequestTimeout, status == http.StatusConflict:
 		return err
 	case status >= 400 && status < 500:
@@ -67,6 +80,15 @@ func (c *Client) mapError(ctx context.Context, err error, raw *http.Response) er
 		return turn.Permanent(err)
 	}
 	return err
+}
+
+// notSent reports a failure to reach the server at all (connection refused, no such host), as
+// opposed to a failure during the exchange, which the request itself may have caused.
+func notSent(err error) bool {
+	var dnsErr *net.DNSError
+	var opErr *net.OpError
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.As(err, &dnsErr) ||
+		(errors.As(err, &opErr) && opErr.Op == "dial")
 }
 
 // serverMessage returns ": message" with the server's explanation of an error response,

@@ -74,7 +74,7 @@ func TestRunnerOutcomes(t *testing.T) {
 	next <- outcome{http.StatusTooManyRequests, errorBody("Rate limit reached", "requests", "rate_limit_exceeded")}
 	_, err := runner.Run(ctx, req)
 	require.Equal(t, turn.KindRateLimited, turn.Classify(err), "%v", err)
-	entry, err := runner.Inbox.Get(ctx, req.ID)
+	entry, err := runner.Inbox.Get(ctx, runner.InboxKey(req))
 	require.NoError(t, err)
 	require.Equal(t, 0, entry.Attempts, "a rate limit spends no attempt")
 
