@@ -39,6 +39,8 @@ func check(ctx context.Context, sum *Summary, wl *workload, prod *producer, w *w
 	sum.P50, sum.P99 = percentile(latencies, 50), percentile(latencies, 99)
 	sum.add(lost == 0, "0 lost: every request has a result",
 		"%d of %d request ids on %s%s", len(wl.order)-lost, len(wl.order), ResultsTopic, firstLost)
+	sum.add(w.badResults == 0, "every result record is a valid result envelope",
+		"%d of %d records on %s do not decode", w.badResults, w.resultRecords, ResultsTopic)
 
 	var (
 		dupTurns, disordered, badReplies  int
@@ -123,8 +125,8 @@ func (s Summary) print(out io.Writer) {
 	row("requests", s.Requests, fmt.Sprintf("over %d conversations", s.Conversations))
 	row("turns", s.Turns, fmt.Sprintf("in session histories; the model was called %d times", s.ModelCalls))
 	row("results", s.Results, fmt.Sprintf("distinct request ids on %s", ResultsTopic))
-	row("duplicates suppressed", s.DuplicatesSuppressed(), fmt.Sprintf("%d result records repeating a request id, %d replays from the inbox",
-		s.ResultRecords-s.Results, s.Replayed))
+	row("duplicates suppressed", s.DuplicatesSuppressed(), fmt.Sprintf("redeliveries answered from the inbox, no second turn; %d result records repeat a request id (readers dedup them)",
+		s.ResultRecords-s.Results))
 	row("dead letters", s.DeadLetters, "on "+DeadLetterTopic)
 	row("turn latency p50", s.P50.Round(time.Millisecond), "from producing a request to reading its result")
 	row("turn latency p99", s.P99.Round(time.Millisecond), "")

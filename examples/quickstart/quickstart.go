@@ -121,12 +121,11 @@ type Summary struct {
 	Checks []Check
 }
 
-// DuplicatesSuppressed counts the deliveries that did not become a second answer: result
-// records whose request id repeats (a reader dedups them on the request-id header) plus
-// replays from the inbox (a redelivered request that was done already).
-func (s Summary) DuplicatesSuppressed() int64 {
-	return int64(s.ResultRecords-s.Results) + s.Replayed
-}
+// DuplicatesSuppressed counts the redeliveries of requests that were done already, which the
+// inbox answered with the stored result instead of a second turn. (Result records whose
+// request id repeats were published, not suppressed: readers dedup them on the request-id
+// header; the summary shows them apart.)
+func (s Summary) DuplicatesSuppressed() int64 { return s.Replayed }
 
 // OK reports whether every check passed.
 func (s Summary) OK() bool {

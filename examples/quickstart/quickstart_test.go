@@ -48,6 +48,7 @@ func requireChecks(t *testing.T, sum Summary) {
 	}
 	require.Equal(t, []string{
 		"0 lost: every request has a result",
+		"every result record is a valid result envelope",
 		"0 duplicate turns: every request is in its session history once",
 		"each conversation's history is in order",
 		"replies show earlier context",
