@@ -2,6 +2,7 @@ package consumer_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -90,9 +91,10 @@ type member struct {
 }
 
 type memberOpts struct {
-	model  func(ctx context.Context, in turn.Input) (turn.Output, error) // default echo
-	tune   func(cfg *consumer.Config)
-	runner func(r *turn.Runner)
+	model   func(ctx context.Context, in turn.Input) (turn.Output, error) // default echo
+	tune    func(cfg *consumer.Config)
+	runner  func(r *turn.Runner)
+	handler consumer.Handler // instead of a Runner over the env's stores
 }
 
 // start runs a member of the group over the env's stores until the test ends or stop.
@@ -112,6 +114,9 @@ func (e *env) start(o memberOpts) *member {
 		o.runner(r)
 	}
 	d := &cutDialer{}
+	// A crashed member's process is gone: its stores go silent with its network, so nothing it
+	// had in flight writes anything (no refund, no late append).
+	r.Sessions, r.Inbox = deadSessions{Store: r.Sessions, d: d}, deadInbox{Inbox: r.Inbox, d: d}
 	sc := e.cluster.Config()
 	sc.Net.Proxy.Enable = true
 	sc.Net.Proxy.Dialer = d
@@ -125,7 +130,11 @@ func (e *env) start(o memberOpts) *member {
 	if o.tune != nil {
 		o.tune(&cfg)
 	}
-	c, err := consumer.New(cfg, consumer.RunnerHandler(r))
+	h := consumer.RunnerHandler(r)
+	if o.handler != nil {
+		h = o.handler
+	}
+	c, err := consumer.New(cfg, h)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &member{c: c, cancel: cancel, done: make(chan error, 1), dialer: d}
@@ -173,6 +182,81 @@ func (d *cutDialer) Dial(network, addr string) (net.Conn, error) {
 		d.conns = append(d.conns, conn)
 	}
 	return conn, err
+}
+
+func (d *cutDialer) isDead() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.dead
+}
+
+var errCrashed = errors.New("crashed member: no store")
+
+// deadSessions and deadInbox fail every call once their member crashed.
+type deadSessions struct {
+	session.Store
+	d *cutDialer
+}
+
+func (s deadSessions) Get(ctx context.Context, k session.Key, n int) (session.Session, error) {
+	if s.d.isDead() {
+		return session.Session{}, errCrashed
+	}
+	return s.Store.Get(ctx, k, n)
+}
+
+func (s deadSessions) Create(ctx context.Context, k session.Key, st json.RawMessage) (session.Session, error) {
+	if s.d.isDead() {
+		return session.Session{}, errCrashed
+	}
+	return s.Store.Create(ctx, k, st)
+}
+
+func (s deadSessions) Append(ctx context.Context, k session.Key, v int64, t session.Turn) (session.Appended, error) {
+	if s.d.isDead() {
+		return session.Appended{}, errCrashed
+	}
+	return s.Store.Append(ctx, k, v, t)
+}
+
+func (s deadSessions) FindTurn(ctx context.Context, k session.Key, id string) ([]session.Event, error) {
+	if s.d.isDead() {
+		return nil, errCrashed
+	}
+	return s.Store.FindTurn(ctx, k, id)
+}
+
+type deadInbox struct {
+	inbox.Inbox
+	d *cutDialer
+}
+
+func (b deadInbox) Begin(ctx context.Context, d inbox.Delivery) (inbox.Entry, error) {
+	if b.d.isDead() {
+		return inbox.Entry{}, errCrashed
+	}
+	return b.Inbox.Begin(ctx, d)
+}
+
+func (b deadInbox) Complete(ctx context.Context, id string, res []byte) error {
+	if b.d.isDead() {
+		return errCrashed
+	}
+	return b.Inbox.Complete(ctx, id, res)
+}
+
+func (b deadInbox) Fail(ctx context.Context, id string, f inbox.Failure) error {
+	if b.d.isDead() {
+		return errCrashed
+	}
+	return b.Inbox.Fail(ctx, id, f)
+}
+
+func (b deadInbox) MarkDead(ctx context.Context, id, reason string) error {
+	if b.d.isDead() {
+		return errCrashed
+	}
+	return b.Inbox.MarkDead(ctx, id, reason)
 }
 
 func (d *cutDialer) cut() {

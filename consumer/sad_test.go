@@ -298,32 +298,6 @@ func TestRunHonoursCancelWhileConnecting(t *testing.T) {
 	require.Less(t, took, sc.Net.ReadTimeout, "Run returned %v after its context ended (err %v)", took-200*time.Millisecond, err)
 }
 
-// ctxFree runs the stores without the turn's context, as a store whose driver ignores
-// cancellation would, and reports its first successful append.
-type ctxFreeSessions struct {
-	sessionStore
-	appended chan struct{}
-	once     *sync.Once
-}
-type ctxFreeInbox struct{ inbox.Inbox }
-
-func (s ctxFreeSessions) Get(_ context.Context, k sessionKey, n int) (sessionT, error) {
-	return s.sessionStore.Get(context.Background(), k, n)
-}
-func (s ctxFreeSessions) Append(_ context.Context, k sessionKey, v int64, tr sessionTurn) (sessionAppended, error) {
-	a, err := s.sessionStore.Append(context.Background(), k, v, tr)
-	if err == nil {
-		s.once.Do(func() { close(s.appended) })
-	}
-	return a, err
-}
-func (s ctxFreeSessions) FindTurn(_ context.Context, k sessionKey, id string) ([]sessionEvent, error) {
-	return s.sessionStore.FindTurn(context.Background(), k, id)
-}
-func (b ctxFreeInbox) Complete(_ context.Context, id string, res []byte) error {
-	return b.Inbox.Complete(context.Background(), id, res)
-}
-
 // The acceptance line "the old member's late completion is neither committed nor published"
 // is only proven through the Runner: the late turn fails on its cancelled context or on the
 // session version, so with lane.send's `abandoned` check disabled
@@ -333,25 +307,38 @@ func (b ctxFreeInbox) Complete(_ context.Context, id string, res []byte) error {
 func TestLateCompletionIsDropped(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 1, 1)
-	bl := newBlocker(t)
 	slow := request("slow-0", "slow")
-	appended := make(chan struct{})
-	a := e.start(memberOpts{
-		model: bl.model(func(r turn.Request) bool { return r.ID == slow.ID }),
-		runner: func(r *turn.Runner) {
-			r.Sessions = ctxFreeSessions{sessionStore: r.Sessions, appended: appended, once: new(sync.Once)}
-			r.Inbox = ctxFreeInbox{r.Inbox}
-		},
+	entered, release, finished := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
 	})
+	// a's handler ignores cancellation and answers late: a host handler (or a store) that
+	// does not watch its context. The Runner cuts its own model at the deadline; the lane's
+	// abandon check is what keeps any other late handler from publishing or committing.
+	a := e.start(memberOpts{handler: consumer.HandlerFunc(func(_ context.Context, req turn.Request) (*turn.Result, error) {
+		close(entered)
+		<-release
+		defer close(finished)
+		return &turn.Result{Schema: turn.SchemaVersion, RequestID: req.ID, ConversationID: req.ConversationID,
+			UserID: req.UserID, Text: "late answer", Attempt: 1}, nil
+	})})
 	e.produce(slow)
-	bl.waitEntered(t)
+	<-entered
 	// a second member whose turns wait at the session store until the test lets them go
 	releaseB := make(chan struct{})
 	e.start(memberOpts{runner: func(r *turn.Runner) { r.Sessions = gatedSessions{Store: r.Sessions, gate: releaseB} }})
 	a.cancel()                  // a leaves while its turn hangs; the partition moves to the second member
 	time.Sleep(7 * time.Second) // ShutdownTimeout (5 s) + abandonWait (1 s): a has abandoned the lane
-	bl.unblock()
-	<-appended // a's late turn reached the store...
+	close(release)
+	select {
+	case <-finished: // a's late handler returned its result...
+	case <-time.After(sadWait):
+		t.Fatal("a's handler did not return")
+	}
 	require.Eventually(t, func() bool { return a.c.Stats().LateDropped == 1 }, sadWait, 20*time.Millisecond,
 		"a's late completion was not dropped")
 	// ...and nothing of it is visible: no result, no commit, while the new owner still works.
@@ -360,6 +347,9 @@ func TestLateCompletionIsDropped(t *testing.T) {
 	close(releaseB)
 	results := e.resultsByID(1)
 	require.Len(t, results[slow.ID], 1)
+	res, err := turn.DecodeResult(results[slow.ID][0].Value)
+	require.NoError(t, err)
+	require.NotEqual(t, "late answer", res.Text)
 	eventually(t, func() bool { return e.cluster.CommittedOffset(t, e.group, e.requests, 0) == 1 })
 }
 
@@ -377,15 +367,6 @@ func (s gatedSessions) Get(ctx context.Context, k session.Key, n int) (session.S
 	}
 	return s.Store.Get(ctx, k, n)
 }
-
-type (
-	sessionStore    = session.Store
-	sessionKey      = session.Key
-	sessionT        = session.Session
-	sessionTurn     = session.Turn
-	sessionAppended = session.Appended
-	sessionEvent    = session.Event
-)
 
 // freezeDialer is a sarama proxy dialer whose connections a test can freeze: writes are
 // swallowed, reads return nothing until their deadline, new dials time out. It is a broker
