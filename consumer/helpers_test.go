@@ -303,6 +303,16 @@ func (e *env) resultsByID(n int) map[string][]*sarama.ConsumerMessage {
 	return out
 }
 
+// recv waits for ch to yield or close; it fails the test after wait.
+func recv[T any](t *testing.T, ch <-chan T, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(wait):
+		t.Fatalf("%s did not happen within %v", what, wait)
+	}
+}
+
 // eventually waits for cond, polling; it fails the test after wait.
 func eventually(t *testing.T, cond func() bool, msgAndArgs ...any) {
 	t.Helper()

@@ -341,7 +341,7 @@ func TestRateLimitQuietsOtherPartitions(t *testing.T) {
 	data, err := opener.Encode()
 	require.NoError(t, err)
 	e.cluster.ProduceTo(t, e.requests, 0, opener.ConversationID, data, nil)
-	<-first
+	recv(t, first, "the first model call")
 	var others []turn.Request
 	for p := int32(1); p < 3; p++ { // work for the partitions that saw no 429
 		r := request(fmt.Sprintf("rl-%d", p), "arrives during the pause")

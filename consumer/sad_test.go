@@ -327,7 +327,7 @@ func TestLateCompletionIsDropped(t *testing.T) {
 			UserID: req.UserID, Text: "late answer", Attempt: 1}, nil
 	})})
 	e.produce(slow)
-	<-entered
+	recv(t, entered, "a's handler call")
 	// a second member whose turns wait at the session store until the test lets them go
 	releaseB := make(chan struct{})
 	e.start(memberOpts{runner: func(r *turn.Runner) { r.Sessions = gatedSessions{Store: r.Sessions, gate: releaseB} }})
