@@ -35,8 +35,9 @@
 // Make every side effect of a turn idempotent on [turn.ToolKey] (or [turn.Input.ToolKey]):
 // the model may be called again for the same request after a crash. Readers of the results
 // topic dedup on the request-id header: a result may be published twice when a worker dies
-// between publishing and committing. Return [turn.Permanent] for errors retrying cannot fix
-// and [turn.RetryAfter] for rate limits.
+// between publishing and committing. Return [turn.Permanent] for errors retrying cannot fix,
+// [turn.RetryAfter] for rate limits and [turn.Unavailable] for outages that cannot be the
+// request's fault (a model server refusing connections); any other error is a failed attempt.
 //
 // # Wiring
 //

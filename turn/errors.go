@@ -137,10 +137,12 @@ type DeadLetterError struct {
 	Err error
 }
 
+// Error formats the request id, the attempts and the reason on one line.
 func (e *DeadLetterError) Error() string {
 	return fmt.Sprintf("turn: request %s dead-lettered after %d attempts: %s", e.RequestID, e.Attempts, e.Reason)
 }
 
+// Unwrap returns the last attempt's error (nil when this run saw none).
 func (e *DeadLetterError) Unwrap() error { return e.Err }
 
 // retryable is how stores tell infrastructure failures apart without importing this package.

@@ -108,6 +108,7 @@ type DecodeError struct {
 	Err error
 }
 
+// Error formats "turn: bad request: FIELD: PROBLEM[: cause]".
 func (e *DecodeError) Error() string {
 	msg := "turn: bad request"
 	if e.Field != "" {
@@ -120,6 +121,7 @@ func (e *DecodeError) Error() string {
 	return msg
 }
 
+// Unwrap returns the underlying error, if any (a *json.SyntaxError, a uuid parse error).
 func (e *DecodeError) Unwrap() error { return e.Err }
 
 // Decoder decodes and validates request envelopes. The zero value uses the defaults.
