@@ -446,7 +446,7 @@ func TestShutdownWithHungBrokers(t *testing.T) {
 	d := &freezeDialer{dialTO: time.Second}
 	m := e.start(memberOpts{tune: func(cfg *consumer.Config) {
 		cfg.Sarama.Net.Proxy.Dialer = d
-		cfg.Sarama.Net.ReadTimeout = 30 * time.Second
+		cfg.Sarama.Net.ReadTimeout = 10 * time.Second
 		cfg.Sarama.Net.WriteTimeout = time.Second
 		cfg.Sarama.Net.DialTimeout = time.Second
 		cfg.Sarama.Metadata.Retry.Max = 2
