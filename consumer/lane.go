@@ -309,9 +309,8 @@ func (l *lane) deadLetter(ctx context.Context, msg *sarama.ConsumerMessage, req 
 		return false
 	case sendRefused: // even without its value: say so as loudly as we can, and move on
 		log.Error("dead letter refused even without its value; record skipped", "err", l.lastErr)
-		l.mark(msg)
 		l.c.stats.skipped.Add(1)
-		return true
+		return l.send(msg, nil, log) == sendOK // mark it, unless the lane was abandoned
 	}
 	l.c.stats.deadLetters.Add(1)
 	log.Error("record dead-lettered", "reason", reason, "attempts", attempts)
@@ -377,16 +376,6 @@ func (l *lane) send(msg *sarama.ConsumerMessage, pm *sarama.ProducerMessage, log
 		if !sleep(l.waits, bo.NextBackOff()) {
 			return sendAbandoned
 		}
-	}
-}
-
-// mark marks msg done without publishing, unless the lane was abandoned.
-func (l *lane) mark(msg *sarama.ConsumerMessage) {
-	l.out.Lock()
-	defer l.out.Unlock()
-	if !l.abandoned {
-		l.sess.MarkOffset(msg.Topic, msg.Partition, msg.Offset+1, "")
-		l.c.stats.records.Add(1)
 	}
 }
 
