@@ -6,3 +6,5 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 go test -race -count=1 -timeout 20m "$@" ./...
+# The consumer's suite again with the other ordering (it runs by key above).
+TURNSTILE_TEST_ORDERING=by-partition go test -race -count=1 -timeout 20m "$@" ./consumer/

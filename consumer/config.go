@@ -17,15 +17,41 @@ const (
 	DefaultRevokeGrace     = 5 * time.Second
 	DefaultShutdownTimeout = 30 * time.Second
 	DefaultMaxInFlight     = 64
-	DefaultMaxBuffered     = 64
+	DefaultMaxBuffered     = 256
 	DefaultCommitInterval  = time.Second
 	DefaultRetryBackoff    = 200 * time.Millisecond
 	DefaultMaxRetryBackoff = 10 * time.Second
 	DefaultMaxPause        = time.Minute
 )
 
-// Config configures a Consumer. Brokers, GroupID, RequestsTopic and DeadLetterTopic are
-// required; every other field has a default, applied by New.
+// Ordering says which records of a partition may run at the same time.
+type Ordering int
+
+const (
+	// OrderByKey runs the records of one key (one conversation) strictly one at a time, in
+	// offset order, and records of different keys of the same partition concurrently. G1 is
+	// per conversation, so this keeps it while a slow conversation no longer holds up the
+	// others that share its partition (the ordering Confluent's Parallel Consumer calls KEY).
+	OrderByKey Ordering = iota
+	// OrderByPartition runs the records of one partition one at a time, in offset order;
+	// partitions run concurrently. It is for handlers whose records must not overlap even
+	// across keys.
+	OrderByPartition
+)
+
+// String returns "by-key" or "by-partition".
+func (o Ordering) String() string {
+	switch o {
+	case OrderByKey:
+		return "by-key"
+	case OrderByPartition:
+		return "by-partition"
+	}
+	return fmt.Sprintf("Ordering(%d)", int(o))
+}
+
+// Config configures a Consumer. Brokers, GroupID, RequestsTopic, ResultsTopic and
+// DeadLetterTopic are required; every other field has a default, applied by New.
 type Config struct {
 	// Brokers are the bootstrap brokers, "host:port".
 	Brokers []string
@@ -57,11 +83,25 @@ type Config struct {
 	// ShutdownTimeout is how long Run drains in-flight turns after its context ends before it
 	// cancels them, commits what finished and closes. Default DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
-	// MaxInFlight bounds the turns running at once across all partitions (G6).
-	// Default DefaultMaxInFlight.
+	// Ordering chooses which records of a partition may run concurrently. Default
+	// OrderByKey.
+	Ordering Ordering
+	// MaxInFlight bounds the turns running at once across all partitions of the member (G6),
+	// and with it the goroutines that run them. Partitions wait for a free slot first come,
+	// first served. Default DefaultMaxInFlight.
 	MaxInFlight int
-	// MaxBuffered bounds the records held per partition before the partition is paused (G6);
-	// a fetch already in flight may add one fetch's worth (Consumer.Fetch.Default bytes).
+	// MaxInFlightPerPartition bounds the turns running at once in one partition (with
+	// OrderByKey; OrderByPartition runs one). Default MaxInFlight: one busy partition may use
+	// every slot while the others are idle.
+	MaxInFlightPerPartition int
+	// MaxBuffered bounds the records a partition's window holds: records received whose offset
+	// is not yet committable (queued, running, publishing, or done above one that is not).
+	// At MaxBuffered the partition is paused, and resumed at half. Records already fetched
+	// when it paused still arrive and are held, not run out of turn: at most
+	// Consumer.ChannelBufferSize more, plus one fetch of Consumer.Fetch.Default bytes. New sets
+	// both from MaxBuffered when Sarama leaves them at sarama's defaults (ChannelBufferSize =
+	// MaxBuffered, Fetch.Default = MaxBuffered × 256 bytes, at least 32 KiB), so a member
+	// holds at most about partitions × (2 × MaxBuffered records + Fetch.Default bytes).
 	// Default DefaultMaxBuffered.
 	MaxBuffered int
 	// CommitInterval is how often marked offsets are committed; they are also committed on
@@ -110,6 +150,12 @@ func (c *Config) setDefaults() {
 	if c.MaxBuffered == 0 {
 		c.MaxBuffered = DefaultMaxBuffered
 	}
+	if c.MaxInFlightPerPartition == 0 {
+		c.MaxInFlightPerPartition = c.MaxInFlight
+	}
+	if c.Ordering == OrderByPartition {
+		c.MaxInFlightPerPartition = 1
+	}
 	if c.RevokeGrace == 0 {
 		c.RevokeGrace = DefaultRevokeGrace
 		if c.Sarama != nil { // leave room within the group's rebalance timeout
@@ -141,10 +187,16 @@ func (c *Config) Validate() error {
 	if c.RequestsTopic != "" && (c.RequestsTopic == c.ResultsTopic || c.RequestsTopic == c.DeadLetterTopic) {
 		errs = append(errs, errors.New("RequestsTopic: must differ from ResultsTopic and DeadLetterTopic"))
 	}
-	for name, v := range map[string]int{"MaxAttempts": c.MaxAttempts, "MaxInFlight": c.MaxInFlight, "MaxBuffered": c.MaxBuffered} {
-		if v < 0 {
-			errs = append(errs, fmt.Errorf("%s: negative (%d)", name, v))
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"MaxAttempts", c.MaxAttempts}, {"MaxInFlight", c.MaxInFlight}, {"MaxInFlightPerPartition", c.MaxInFlightPerPartition}, {"MaxBuffered", c.MaxBuffered}} {
+		if f.v < 0 {
+			errs = append(errs, fmt.Errorf("%s: negative (%d)", f.name, f.v))
 		}
+	}
+	if c.Ordering != OrderByKey && c.Ordering != OrderByPartition {
+		errs = append(errs, fmt.Errorf("Ordering: unknown (%d)", int(c.Ordering)))
 	}
 	for name, v := range map[string]time.Duration{
 		"TurnTimeout": c.TurnTimeout, "RevokeGrace": c.RevokeGrace, "ShutdownTimeout": c.ShutdownTimeout,
@@ -177,6 +229,15 @@ func (c *Config) groupConfig() *sarama.Config {
 	// A group without a committed offset starts at the oldest record, not sarama's default
 	// newest: requests produced before the group first committed are accepted work (G2).
 	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
+	// What sarama fetches ahead of a paused partition is held in its window: keep it near
+	// MaxBuffered (G6) unless the user chose these sizes.
+	def := sarama.NewConfig()
+	if sc.ChannelBufferSize == def.ChannelBufferSize {
+		sc.ChannelBufferSize = c.MaxBuffered
+	}
+	if sc.Consumer.Fetch.Default == def.Consumer.Fetch.Default {
+		sc.Consumer.Fetch.Default = int32(max(32<<10, min(c.MaxBuffered*256, int(def.Consumer.Fetch.Default))))
+	}
 	strategies := sc.Consumer.Group.Rebalance.GroupStrategies
 	if len(strategies) == 0 || (len(strategies) == 1 && (strategies[0].Name() == sarama.RangeBalanceStrategyName ||
 		strategies[0].Name() == sarama.CooperativeStickyBalanceStrategyName)) {

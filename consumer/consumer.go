@@ -54,14 +54,15 @@ type Consumer struct {
 	cfg   Config
 	h     Handler
 	log   *slog.Logger
-	sem   chan struct{}
+	sem   chan struct{} // slots for turns, Config.MaxInFlight
 	stats counters
 
 	running atomic.Bool
 	// Set by Run before the group starts, read by lanes.
 	runCtx     context.Context
 	group      sarama.ConsumerGroup
-	producer   sarama.SyncProducer
+	out        *output
+	pauses     *pauses
 	throttle   *throttle
 	partitions atomic.Int32 // of the requests topic
 	client     sarama.Client
@@ -99,19 +100,21 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if err := c.refreshPartitions(); err != nil {
 		return err
 	}
-	producer, err := connect(ctx, func() (sarama.SyncProducer, error) {
-		return sarama.NewSyncProducer(c.cfg.Brokers, c.cfg.producerConfig(newPartitioner))
+	producer, err := connect(ctx, func() (sarama.AsyncProducer, error) {
+		return sarama.NewAsyncProducer(c.cfg.Brokers, c.cfg.producerConfig(newPartitioner))
 	})
 	if err != nil {
 		return fmt.Errorf("consumer: start producer: %w", err)
 	}
-	defer producer.Close()
+	c.out = newOutput(producer, c.log)
+	defer c.out.close() // after every claim returned: nothing of theirs is sent any more
 	group, err := sarama.NewConsumerGroupFromClient(c.cfg.GroupID, client)
 	if err != nil {
 		return fmt.Errorf("consumer: join group %q: %w", c.cfg.GroupID, err)
 	}
-	c.runCtx, c.group, c.producer = ctx, group, producer
-	c.throttle = newThrottle(group, c.log, time.Second, c.cfg.MaxPause)
+	c.runCtx, c.group = ctx, group
+	c.pauses = newPauses(group)
+	c.throttle = newThrottle(c.pauses, c.log, time.Second, c.cfg.MaxPause)
 	defer c.throttle.stop()
 
 	var wg sync.WaitGroup
@@ -228,29 +231,21 @@ func (g groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim saram
 	return g.c.consumeClaim(sess, claim)
 }
 
-// consumeClaim feeds one partition's lane until the claim is revoked or the session ends,
-// then stops the lane (see the package doc, "Rebalances") and commits.
+// consumeClaim feeds one partition's window until the claim is revoked or the session ends,
+// then stops the partition (see the package doc, "Rebalances") and commits.
 func (c *Consumer) consumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
-	// Turns outlive the session's context by the grace, so they do not derive from it; they
-	// keep the values of Run's context (tracing, tenant).
-	turnCtx, cancelTurns := context.WithCancel(context.WithoutCancel(c.runCtx))
-	defer cancelTurns()
-	l := newLane(c, sess, claim.Topic(), claim.Partition(), turnCtx)
-	log := c.log.With("topic", l.topic, "partition", l.partition)
-	log.Debug("partition claimed", "offset", claim.InitialOffset())
+	p := newPartition(c, sess, tp{claim.Topic(), claim.Partition()})
+	defer p.cancelTurns()
+	p.log.Info("partition claimed", "offset", claim.InitialOffset())
 	c.stats.claims.Add(1)
 	if err := c.refreshPartitions(); err != nil { // the topic may have grown: result placement
-		log.Warn("refresh partition count", "err", err)
+		p.log.Warn("refresh partition count", "err", err)
 	}
-	if !c.throttle.active() {
-		// A pause left from an earlier claim of this partition (sarama keeps it across a
-		// revoke) must not outlive it.
-		c.group.Resume(l.tp())
-	}
-	done := make(chan struct{})
+	c.pauses.claimed(p.t)
+	dispatched := make(chan struct{})
 	go func() {
-		defer close(done)
-		l.run(turnCtx)
+		defer close(dispatched)
+		p.dispatch()
 	}()
 
 	reason := "revoked"
@@ -261,34 +256,33 @@ feed:
 			if !ok {
 				break feed
 			}
-			l.push(msg)
+			p.push(msg)
 		case <-sess.Context().Done():
 			reason = "session ended"
 			break feed
 		}
 	}
 
-	l.close()
+	p.close()
+	<-dispatched
 	grace := c.cfg.RevokeGrace
 	if c.runCtx.Err() != nil {
 		reason, grace = "shutdown", c.cfg.ShutdownTimeout
 	}
+	window, running, sending := p.buffered()
+	p.log.Info("partition released; draining", "reason", reason, "grace", grace.String(),
+		"running", running, "publishing", sending, "window", window)
 	timer := time.NewTimer(grace)
 	defer timer.Stop()
-	select {
-	case <-done:
-	case <-timer.C:
-		log.Warn("turn in flight outlived the grace; cancelling it", "reason", reason, "grace", grace)
-		cancelTurns()
-		select {
-		case <-done:
-		case <-time.After(abandonWait):
-			log.Warn("handler ignores cancellation; its late outcome will be dropped")
+	if !p.drain(timer.C) {
+		p.log.Warn("turns in flight outlived the grace; cancelling them", "reason", reason, "grace", grace.String())
+		p.cancelTurns()
+		if !p.drain(time.After(abandonWait)) {
+			p.log.Warn("handler ignores cancellation or publishing is stuck; late outcomes will be dropped")
 		}
 	}
-	l.abandon()
-	c.commit(sess, log)
-	log.Debug("partition released", "reason", reason)
+	p.abandon()
+	c.commit(sess, p.log)
 	return nil
 }
 

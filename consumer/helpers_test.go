@@ -43,13 +43,23 @@ type env struct {
 	inbox                     *inbox.MemoryInbox
 	calls                     sync.Map // request id -> *atomic.Int64, model calls across members
 	requestPartitionsProduced map[string]int32
+	ordering                  consumer.Ordering
 }
+
+// testOrdering is the ordering every member of these tests runs with: by key unless
+// TURNSTILE_TEST_ORDERING=by-partition (test.sh runs the package once in each).
+var testOrdering = func() consumer.Ordering {
+	if os.Getenv("TURNSTILE_TEST_ORDERING") == consumer.OrderByPartition.String() {
+		return consumer.OrderByPartition
+	}
+	return consumer.OrderByKey
+}()
 
 func setup(t *testing.T, requestPartitions, resultPartitions int32) *env {
 	t.Helper()
 	c := kafkatest.Start(t, kafkatest.Options{})
 	return &env{
-		t: t, cluster: c,
+		t: t, cluster: c, ordering: testOrdering,
 		requests: c.CreateTopic(t, "requests", requestPartitions),
 		results:  c.CreateTopic(t, "results", resultPartitions),
 		dlq:      c.CreateTopic(t, "dlq", requestPartitions),
@@ -125,7 +135,7 @@ func (e *env) start(o memberOpts) *member {
 		RequestsTopic: e.requests, ResultsTopic: e.results, DeadLetterTopic: e.dlq,
 		RevokeGrace: time.Second, ShutdownTimeout: 5 * time.Second, CommitInterval: 100 * time.Millisecond,
 		RetryBackoff: 20 * time.Millisecond, MaxRetryBackoff: 200 * time.Millisecond,
-		Sarama: sc, Logger: testLogger(t),
+		Sarama: sc, Logger: testLogger(t), Ordering: e.ordering,
 	}
 	if o.tune != nil {
 		o.tune(&cfg)

@@ -31,12 +31,6 @@ const (
 	HeaderValueDropped = "value-dropped"
 )
 
-// placement travels in ProducerMessage.Metadata from a lane to the partitioner.
-type placement struct {
-	partition  int32 // the request's partition
-	partitions int32 // the requests topic's partition count
-}
-
 // partitioner places results and dead letters: on the request's partition index when the
 // target topic has as many partitions as the requests topic (co-partitioned, whatever
 // partitioner the upstream producer used), else where a Java producer would put the key
@@ -48,8 +42,8 @@ func newPartitioner(topic string) sarama.Partitioner {
 }
 
 func (p *partitioner) Partition(msg *sarama.ProducerMessage, numPartitions int32) (int32, error) {
-	if pl, ok := msg.Metadata.(placement); ok && pl.partitions == numPartitions && pl.partition < numPartitions {
-		return pl.partition, nil
+	if ob, ok := msg.Metadata.(*outbound); ok && ob.partitions == numPartitions && ob.r.msg.Partition < numPartitions {
+		return ob.r.msg.Partition, nil
 	}
 	return p.murmur2.Partition(msg, numPartitions)
 }

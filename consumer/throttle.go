@@ -9,61 +9,70 @@ import (
 	"github.com/cenkalti/backoff/v5"
 )
 
-// pauser is the part of sarama.ConsumerGroup the throttle drives.
-type pauser interface {
-	PauseAll()
-	ResumeAll()
-}
-
 // throttle pauses every assigned partition while the model is rate limited. The member stays
 // in the group (sarama keeps heartbeating; pausing fetches does not rebalance), records that
-// still arrive from fetches in flight wait in their lanes, and lanes start no turn until the
-// pause ends. Repeated rate limits without a success in between lengthen the pause
-// exponentially, up to maxPause, but never below the delay the model asked for.
+// still arrive from fetches in flight wait in their windows, and no turn starts until the
+// pause ends. Then one turn probes the model alone (a circuit breaker's half-open state): its
+// success lets every turn go, another rate limit starts a longer pause. Repeated rate limits
+// without a success in between lengthen the pause exponentially, up to maxPause, but never
+// below the delay the model asked for.
 type throttle struct {
-	group    pauser
+	pauses   *pauses
 	log      *slog.Logger
 	maxPause time.Duration
 
-	mu      sync.Mutex
-	until   time.Time
-	bo      *backoff.ExponentialBackOff
-	timer   *time.Timer
-	stopped bool
+	mu        sync.Mutex
+	until     time.Time
+	bo        *backoff.ExponentialBackOff
+	timer     *time.Timer
+	stopped   bool
+	needProbe bool          // rate limited since the last success: one turn probes at a time
+	probing   bool          // a probe is running
+	changed   chan struct{} // closed and replaced when probing or needProbe clears
 }
 
-func newThrottle(group pauser, log *slog.Logger, initial, maxPause time.Duration) *throttle {
+func newThrottle(p *pauses, log *slog.Logger, initial, maxPause time.Duration) *throttle {
 	bo := &backoff.ExponentialBackOff{InitialInterval: initial, RandomizationFactor: 0.2, Multiplier: 2, MaxInterval: maxPause}
 	bo.Reset()
-	return &throttle{group: group, log: log, maxPause: maxPause, bo: bo}
+	return &throttle{pauses: p, log: log, maxPause: maxPause, bo: bo, changed: make(chan struct{})}
 }
 
 // pause pauses all partitions for d, or the exponential backoff if longer, capped at
-// maxPause (a model asking for a day is probed again after maxPause). It reports whether it
-// paused the partitions (false when a pause was already in force).
-func (t *throttle) pause(d time.Duration) bool {
+// maxPause (a model asking for a day is probed again after maxPause). It reports whether this
+// is a new pause (false when it extends one in force).
+//
+// probe says whether the rate-limited turn was the probe (see wait): only then may another
+// turn probe; a late 429 of a turn that started before the pause leaves a running probe be.
+func (t *throttle) pause(d time.Duration, probe bool) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.stopped { // a late turn of a lane abandoned at shutdown
 		return false
 	}
+	now := time.Now()
 	wait := min(d, t.maxPause)
-	if t.timer == nil {
-		// A new pause: lengthen it if the last one did not help. The other lanes' answers to
-		// the same limit (their turns were in flight too) only extend the pause in force.
+	// A new pause (none in force, or the last one over though its timer has not fired yet):
+	// lengthen it if the last one did not help. The answers of other turns to the same limit
+	// (they were in flight too) only extend the pause in force.
+	fresh := !now.Before(t.until)
+	if fresh {
 		wait = min(max(d, t.bo.NextBackOff()), t.maxPause)
 	}
-	now := time.Now()
+	t.needProbe = true
+	if probe {
+		t.release()
+	}
 	if until := now.Add(wait); until.After(t.until) {
 		t.until = until
 	}
-	if t.timer != nil {
-		return false
+	if fresh {
+		t.log.Warn("model rate limited: all partitions paused", "pause", wait.String())
 	}
-	t.group.PauseAll()
-	t.log.Warn("model rate limited: all partitions paused", "pause", wait)
-	t.timer = time.AfterFunc(t.until.Sub(now), t.resume)
-	return true
+	if t.timer == nil { // else resume, when it fires, sees the new end and waits for it
+		t.pauses.setAll(true)
+		t.timer = time.AfterFunc(t.until.Sub(now), t.resume)
+	}
+	return fresh
 }
 
 func (t *throttle) resume() {
@@ -77,39 +86,85 @@ func (t *throttle) resume() {
 		return
 	}
 	t.timer = nil
-	t.group.ResumeAll()
+	t.pauses.setAll(false)
 	t.log.Info("rate limit pause over: partitions resumed")
 }
 
-// succeeded resets the exponential part after a turn went through.
+// succeeded ends the rate limit after a turn went through: every turn may start again, and
+// the exponential part of the pause starts over.
 func (t *throttle) succeeded() {
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	t.bo.Reset()
-	t.mu.Unlock()
+	if t.needProbe {
+		t.needProbe = false
+		t.release()
+	}
 }
 
-// active reports whether a pause is in force.
-func (t *throttle) active() bool {
+// endProbe ends a probe that neither succeeded nor was rate limited (it failed otherwise, or
+// was abandoned): another turn may probe.
+func (t *throttle) endProbe(probe bool) {
+	if !probe {
+		return
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.timer != nil || time.Now().Before(t.until)
+	t.release()
 }
 
-// wait blocks until no pause is in force, or ctx ends.
-func (t *throttle) wait(ctx context.Context) error {
+// release clears probing and wakes the waiters. Called with mu held.
+func (t *throttle) release() {
+	t.probing = false
+	close(t.changed)
+	t.changed = make(chan struct{})
+}
+
+// gate blocks until no pause is in force, or ctx ends. The dispatcher waits here before it
+// takes a slot; the turn it starts then waits for its probe in wait.
+func (t *throttle) gate(ctx context.Context) error {
+	_, err := t.wait(ctx, false)
+	return err
+}
+
+// wait blocks until no pause is in force, or ctx ends. While rate limited it lets one caller
+// through at a time, as the probe (probe true), and holds the others until the probe
+// succeeds; a turn that probes reports its outcome with succeeded, pause or endProbe. With
+// mayProbe false it returns as soon as the pause is over.
+func (t *throttle) wait(ctx context.Context, mayProbe bool) (probe bool, err error) {
 	for {
 		t.mu.Lock()
 		left := time.Until(t.until)
-		t.mu.Unlock()
-		if left <= 0 {
-			return ctx.Err()
+		switch {
+		case left > 0:
+		case !t.needProbe || !mayProbe:
+			t.mu.Unlock()
+			return false, ctx.Err()
+		case mayProbe && !t.probing:
+			t.probing = true
+			t.mu.Unlock()
+			return true, ctx.Err()
 		}
-		timer := time.NewTimer(left)
+		changed := t.changed
+		t.mu.Unlock()
+		var (
+			tm    *time.Timer
+			timer <-chan time.Time
+		)
+		if left > 0 {
+			tm = time.NewTimer(left)
+			timer = tm.C
+		}
 		select {
-		case <-timer.C:
+		case <-timer:
+		case <-changed:
 		case <-ctx.Done():
-			timer.Stop()
-			return ctx.Err()
+		}
+		if tm != nil {
+			tm.Stop()
+		}
+		if ctx.Err() != nil {
+			return false, ctx.Err()
 		}
 	}
 }

@@ -1,0 +1,217 @@
+package consumer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/cenkalti/backoff/v5"
+
+	"github.com/turnstile-go/turnstile/turn"
+)
+
+// recordLog builds a record's logger on first use: most records log nothing, and a
+// slog.Logger.With per record costs more than the rest of a fast turn's bookkeeping.
+type recordLog struct {
+	p   *partition
+	msg *sarama.ConsumerMessage
+	req *turn.Request
+	l   *slog.Logger
+}
+
+func (rl *recordLog) get() *slog.Logger {
+	if rl.l == nil {
+		rl.l = rl.p.log.With("offset", rl.msg.Offset)
+		if rl.req != nil {
+			rl.l = rl.l.With("request_id", rl.req.ID, "conversation_id", rl.req.ConversationID)
+		}
+	}
+	return rl.l
+}
+
+// process runs r's turn to an outcome: a result to publish (or nil, for a Handler that
+// publishes nothing) or a dead letter. It returns false when the turn was abandoned (revoke,
+// shutdown): nothing is handed off, and the record is left to the partition's next owner.
+func (p *partition) process(r *record) (*outbound, bool) {
+	c, msg, ctx := p.c, r.msg, p.turns
+	rl := &recordLog{p: p, msg: msg}
+	req, err := p.decode(msg)
+	if err != nil {
+		rl.get().Warn("undecodable record dead-lettered", "err", err)
+		return p.deadLetter(r, nil, err.Error(), err, 0), true
+	}
+	rl.req = &req
+	bo := newBackoff(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff)
+	failures := 0
+	for {
+		probe, err := c.throttle.wait(p.waits, true)
+		if err != nil {
+			return p.giveUp(rl)
+		}
+		res, err := p.handle(ctx, req)
+		kind := turn.Classify(err)
+		aborted := err != nil && ctx.Err() != nil // revoked or shut down mid-turn
+		if aborted || (kind != turn.KindNone && kind != turn.KindRateLimited) {
+			c.throttle.endProbe(probe)
+		}
+		if aborted {
+			return p.giveUp(rl) // whatever the handler made of it
+		}
+		switch kind {
+		case turn.KindNone:
+			c.throttle.succeeded()
+			c.stats.turns.Add(1)
+			return p.result(r, &req, res, rl), true
+		case turn.KindPermanent:
+			reason, attempts := err.Error(), failures+1
+			var dle *turn.DeadLetterError
+			if errors.As(err, &dle) {
+				reason, attempts = dle.Reason, dle.Attempts
+			}
+			return p.deadLetter(r, &req, reason, err, attempts), true
+		case turn.KindRateLimited:
+			c.stats.rateLimited.Add(1)
+			d, _ := turn.RetryDelay(err)
+			if c.throttle.pause(d, probe) {
+				c.stats.pauses.Add(1)
+			}
+		case turn.KindUnavailable:
+			rl.get().Warn("turn hit an unavailable dependency; retrying, no attempt spent", "err", err)
+			if !sleep(p.waits, bo.NextBackOff()) {
+				return p.giveUp(rl)
+			}
+		case turn.KindAttempt:
+			failures++
+			c.stats.retries.Add(1)
+			if failures >= c.cfg.MaxAttempts {
+				reason := fmt.Sprintf("%d attempts failed in this member; last error: %v", failures, err)
+				return p.deadLetter(r, &req, reason, err, failures), true
+			}
+			rl.get().Warn("turn attempt failed; retrying", "err", err, "failures", failures)
+			if !sleep(p.waits, bo.NextBackOff()) {
+				return p.giveUp(rl)
+			}
+		case turn.KindCanceled:
+			return p.giveUp(rl)
+		}
+	}
+}
+
+func (p *partition) giveUp(rl *recordLog) (*outbound, bool) {
+	p.c.stats.abandoned.Add(1)
+	rl.get().Info("turn abandoned; the partition's next owner redoes it")
+	return nil, false
+}
+
+// handle calls the Handler with the optional TurnTimeout.
+func (p *partition) handle(ctx context.Context, req turn.Request) (*turn.Result, error) {
+	d := p.c.cfg.TurnTimeout
+	if d <= 0 {
+		return p.c.h.Handle(ctx, req)
+	}
+	hctx, cancel := context.WithTimeoutCause(ctx, d, turn.ErrTurnTimeout)
+	defer cancel()
+	res, err := p.c.h.Handle(hctx, req)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(hctx), turn.ErrTurnTimeout) {
+		err = fmt.Errorf("%w (%s): %w", turn.ErrTurnTimeout, d, err)
+	}
+	return res, err
+}
+
+// decode turns a record into a request: a valid envelope whose conversation id is the key.
+func (p *partition) decode(msg *sarama.ConsumerMessage) (turn.Request, error) {
+	if len(msg.Key) == 0 {
+		return turn.Request{}, errors.New("record has no key; the key must be the conversation id")
+	}
+	req, err := p.c.cfg.Decoder.Decode(msg.Value)
+	if err != nil {
+		return turn.Request{}, err
+	}
+	if req.ConversationID != string(msg.Key) {
+		return turn.Request{}, fmt.Errorf("record key %.80q differs from conversation_id %.80q", msg.Key, req.ConversationID)
+	}
+	req.Source = turn.Source{Topic: msg.Topic, Partition: msg.Partition, Offset: msg.Offset}
+	return req, nil
+}
+
+// result builds the result record of a turn, or returns nil when the Handler publishes
+// nothing. A Result that does not encode (a bug, not the record's fault) is dead-lettered.
+func (p *partition) result(r *record, req *turn.Request, res *turn.Result, rl *recordLog) *outbound {
+	if res == nil {
+		return nil
+	}
+	value, err := json.Marshal(res)
+	if err != nil {
+		rl.get().Error("result does not encode", "err", err)
+		return p.deadLetter(r, req, "result does not encode", err, res.Attempt)
+	}
+	ob := &outbound{p: p, r: r, kind: outResult, req: req, attempts: res.Attempt, replayed: res.Replayed,
+		partitions: p.c.partitions.Load()}
+	ob.pm = &sarama.ProducerMessage{
+		Topic: p.c.cfg.ResultsTopic, Key: sarama.ByteEncoder(r.msg.Key), Value: sarama.ByteEncoder(value),
+		Headers: []sarama.RecordHeader{
+			header(HeaderRequestID, req.ID), header(HeaderConversationID, req.ConversationID),
+			header(HeaderAttempt, itoa(res.Attempt)),
+		},
+		Metadata: ob,
+	}
+	return ob
+}
+
+// deadLetter builds the dead letter of r: the record as it came, with the reason in headers.
+func (p *partition) deadLetter(r *record, req *turn.Request, reason string, cause error, attempts int) *outbound {
+	msg := r.msg
+	ours := []sarama.RecordHeader{
+		header(HeaderReason, clip(reason)), header(HeaderAttempts, itoa(attempts)),
+		header(HeaderSourceTopic, msg.Topic), header(HeaderSourcePartition, itoa(msg.Partition)),
+		header(HeaderSourceOffset, itoa(msg.Offset)),
+	}
+	if cause != nil {
+		ours = append(ours, header(HeaderError, clip(cause.Error())))
+	}
+	if req != nil {
+		ours = append(ours, header(HeaderRequestID, req.ID), header(HeaderConversationID, req.ConversationID))
+	}
+	headers := make([]sarama.RecordHeader, 0, len(msg.Headers)+len(ours))
+	for _, h := range msg.Headers { // keep the producer's headers, except those ours replace
+		if h != nil && !hasHeader(ours, string(h.Key)) {
+			headers = append(headers, *h)
+		}
+	}
+	ob := &outbound{p: p, r: r, kind: outDeadLetter, req: req, reason: reason, attempts: attempts,
+		partitions: p.c.partitions.Load()}
+	ob.pm = &sarama.ProducerMessage{
+		Topic: p.c.cfg.DeadLetterTopic, Key: sarama.ByteEncoder(msg.Key), Value: sarama.ByteEncoder(msg.Value),
+		Headers: append(headers, ours...), Metadata: ob,
+	}
+	return ob
+}
+
+// clip bounds a header value, so that a long error text cannot make a dead letter too large.
+func clip(s string) string {
+	const maxHeader = 4 << 10
+	if len(s) <= maxHeader {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxHeader], "") + "…"
+}
+
+func hasHeader(hs []sarama.RecordHeader, key string) bool {
+	for _, h := range hs {
+		if string(h.Key) == key {
+			return true
+		}
+	}
+	return false
+}
+
+func newBackoff(initial, maxInterval time.Duration) *backoff.ExponentialBackOff {
+	bo := &backoff.ExponentialBackOff{InitialInterval: initial, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: maxInterval}
+	bo.Reset()
+	return bo
+}
