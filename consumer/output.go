@@ -31,7 +31,7 @@ type outbound struct {
 	kind outKind
 
 	req        *turn.Request // nil when the record did not decode
-	reason     string      // dead letters
+	reason     string        // dead letters
 	attempts   int
 	replayed   bool  // a result answered from the inbox
 	partitions int32 // the requests topic's partition count when the outcome was built
