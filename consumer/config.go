@@ -17,7 +17,7 @@ const (
 	DefaultRevokeGrace     = 5 * time.Second
 	DefaultShutdownTimeout = 30 * time.Second
 	DefaultMaxInFlight     = 64
-	DefaultMaxBuffered     = 256
+	DefaultMaxBuffered     = 1024
 	DefaultCommitInterval  = time.Second
 	DefaultRetryBackoff    = 200 * time.Millisecond
 	DefaultMaxRetryBackoff = 10 * time.Second
@@ -100,8 +100,10 @@ type Config struct {
 	// when it paused still arrive and are held, not run out of turn: at most
 	// Consumer.ChannelBufferSize more, plus one fetch of Consumer.Fetch.Default bytes. New sets
 	// both from MaxBuffered when Sarama leaves them at sarama's defaults (ChannelBufferSize =
-	// MaxBuffered, Fetch.Default = MaxBuffered × 256 bytes, at least 32 KiB), so a member
-	// holds at most about partitions × (2 × MaxBuffered records + Fetch.Default bytes).
+	// MaxBuffered/4, Fetch.Default = MaxBuffered × 128 bytes, at least 16 KiB and at most
+	// sarama's 1 MiB), so a member holds about partitions × (1.25 × MaxBuffered records +
+	// Fetch.Default bytes) at most. Keep MaxBuffered well above what the member serves in
+	// 100 ms per partition: sarama naps 100 ms when every partition of a broker is paused.
 	// Default DefaultMaxBuffered.
 	MaxBuffered int
 	// CommitInterval is how often marked offsets are committed; they are also committed on
@@ -233,10 +235,10 @@ func (c *Config) groupConfig() *sarama.Config {
 	// MaxBuffered (G6) unless the user chose these sizes.
 	def := sarama.NewConfig()
 	if sc.ChannelBufferSize == def.ChannelBufferSize {
-		sc.ChannelBufferSize = c.MaxBuffered
+		sc.ChannelBufferSize = max(1, c.MaxBuffered/4)
 	}
 	if sc.Consumer.Fetch.Default == def.Consumer.Fetch.Default {
-		sc.Consumer.Fetch.Default = int32(max(32<<10, min(c.MaxBuffered*256, int(def.Consumer.Fetch.Default))))
+		sc.Consumer.Fetch.Default = int32(max(16<<10, min(c.MaxBuffered*128, int(def.Consumer.Fetch.Default))))
 	}
 	strategies := sc.Consumer.Group.Rebalance.GroupStrategies
 	if len(strategies) == 0 || (len(strategies) == 1 && (strategies[0].Name() == sarama.RangeBalanceStrategyName ||

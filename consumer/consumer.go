@@ -55,6 +55,7 @@ type Consumer struct {
 	h     Handler
 	log   *slog.Logger
 	sem   chan struct{} // slots for turns, Config.MaxInFlight
+	work  chan *record  // from the partitions' dispatchers to the workers, one per slot
 	stats counters
 
 	running atomic.Bool
@@ -79,7 +80,8 @@ func New(cfg Config, h Handler) (*Consumer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Consumer{cfg: cfg, h: h, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxInFlight)}, nil
+	return &Consumer{cfg: cfg, h: h, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxInFlight),
+		work: make(chan *record, cfg.MaxInFlight)}, nil
 }
 
 // Run joins the consumer group and serves records until ctx ends, then drains: the turns in
@@ -113,6 +115,13 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return fmt.Errorf("consumer: join group %q: %w", c.cfg.GroupID, err)
 	}
 	c.runCtx, c.group = ctx, group
+	// Workers live as long as Run: a goroutine per turn would grow a fresh stack for every
+	// record (JSON decoding is deep), which cost more than the rest of a fast turn.
+	stopWorkers := make(chan struct{})
+	defer close(stopWorkers)
+	for range c.cfg.MaxInFlight {
+		go c.worker(stopWorkers)
+	}
 	c.pauses = newPauses(group)
 	c.throttle = newThrottle(c.pauses, c.log, time.Second, c.cfg.MaxPause)
 	defer c.throttle.stop()
@@ -146,6 +155,18 @@ func (c *Consumer) Run(ctx context.Context) error {
 		c.log.Warn("consumer group close", "err", err)
 	}
 	return nil
+}
+
+// worker serves the records the dispatchers hand it until stop closes.
+func (c *Consumer) worker(stop <-chan struct{}) {
+	for {
+		select {
+		case r := <-c.work:
+			r.p.serve(r)
+		case <-stop:
+			return
+		}
+	}
 }
 
 // connect runs open (sarama's constructors take no context) and returns early when ctx ends;

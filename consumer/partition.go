@@ -24,6 +24,7 @@ const (
 
 // record is one request record in a partition's window.
 type record struct {
+	p     *partition
 	msg   *sarama.ConsumerMessage
 	key   *keyQueue
 	state recState
@@ -124,23 +125,27 @@ func (p *partition) push(msg *sarama.ConsumerMessage) {
 		k = &keyQueue{name: name}
 		p.keys[name] = k
 	}
-	r := &record{msg: msg, key: k}
+	r := &record{p: p, msg: msg, key: k}
 	p.window = append(p.window, r)
 	k.pending = append(k.pending, r)
 	started := p.makeReady(k)
 	n := len(p.window)
-	pause := n >= p.c.cfg.MaxBuffered && !p.full
-	if pause {
-		p.full = true
+	if n >= p.c.cfg.MaxBuffered && !p.full {
+		p.setFull(true)
 	}
 	p.mu.Unlock()
 	p.c.stats.peak(int64(n))
 	if started {
 		wake(p.wakeStart)
 	}
-	if pause {
-		p.c.pauses.setFull(p.t, true)
-	}
+}
+
+// setFull records and applies a backpressure pause or its end. Called with mu held, so that
+// the flag and sarama's pause state cannot disagree (pauses.mu is a leaf lock, and Pause and
+// Resume only flip sarama's in-memory flags).
+func (p *partition) setFull(on bool) {
+	p.full = on
+	p.c.pauses.setFull(p.t, on)
 }
 
 // makeReady puts k on the ready list if its next record may start. Called with mu held.
@@ -160,8 +165,8 @@ func (p *partition) canStart() bool {
 
 // dispatch starts turns until the partition closes: for each, it waits for a ready key and
 // room under the partition's bound, for the end of a rate-limit pause, and for a slot under
-// the member's bound (Config.MaxInFlight, a FIFO channel, so partitions take turns), then runs
-// the key's next record in a goroutine of its own. Goroutines are bounded by MaxInFlight.
+// the member's bound (Config.MaxInFlight, a FIFO channel, so partitions take turns), then
+// hands the key's next record to the member's workers (Consumer.work).
 func (p *partition) dispatch() {
 	for {
 		if !p.waitStartable() || p.c.throttle.gate(p.waits) != nil {
@@ -177,7 +182,7 @@ func (p *partition) dispatch() {
 			<-p.c.sem
 			return
 		}
-		go p.serve(r)
+		p.c.work <- r // never blocks: a slot is held for it, and there are as many workers
 	}
 }
 
@@ -233,7 +238,7 @@ func (p *partition) serve(r *record) {
 // watermark stays below it and the next owner reads it again.
 func (p *partition) gaveUp() {
 	p.mu.Lock()
-	p.running--
+	p.turnEnded()
 	p.mu.Unlock()
 	wake(p.wakeDrain)
 }
@@ -254,7 +259,7 @@ func (p *partition) handoff(r *record, ob *outbound) {
 	}
 	if ob == nil {
 		p.mu.Lock()
-		p.running--
+		p.turnEnded()
 		p.finishKey(r)
 		p.complete(r)
 		p.mu.Unlock()
@@ -267,7 +272,7 @@ func (p *partition) handoff(r *record, ob *outbound) {
 	p.mu.Unlock()
 	sent := p.c.out.send(ob)
 	p.mu.Lock()
-	p.running--
+	p.turnEnded()
 	if sent {
 		p.finishKey(r)
 	} else { // the producer is closing: leave the record to the next owner
@@ -289,6 +294,13 @@ func (p *partition) resend(ob *outbound) {
 		p.mu.Unlock()
 		wake(p.wakeDrain)
 	}
+}
+
+// turnEnded counts a turn out of running and wakes the dispatcher, which may be waiting for
+// room under MaxInFlightPerPartition. Called with mu held.
+func (p *partition) turnEnded() {
+	p.running--
+	wake(p.wakeStart)
 }
 
 // finishKey ends r's turn for its key and lets the key's next record start. Called with mu held.
@@ -336,10 +348,7 @@ func (p *partition) complete(r *record) {
 		p.sess.MarkOffset(p.t.topic, p.t.partition, p.lastDone+1, "")
 	}
 	if p.full && len(p.window) <= p.c.cfg.MaxBuffered/2 && !p.closed {
-		p.full = false
-		// Outside mu would be tidier, but pauses.mu is a leaf lock and setFull only flips
-		// sarama's in-memory pause flags.
-		p.c.pauses.setFull(p.t, false)
+		p.setFull(false)
 	}
 }
 
@@ -349,15 +358,13 @@ func (p *partition) close() {
 	p.mu.Lock()
 	p.closed = true
 	p.ready = nil
-	full := p.full
-	p.full = false
+	if p.full {
+		// sarama keeps a pause across a revoke and would apply it to the partition's next claim.
+		p.setFull(false)
+	}
 	p.mu.Unlock()
 	p.cancelWaits()
 	wake(p.wakeStart)
-	if full {
-		// sarama keeps a pause across a revoke and would apply it to the partition's next claim.
-		p.c.pauses.setFull(p.t, false)
-	}
 }
 
 // drain waits until no turn runs and every handed-off outcome is acknowledged, or until done
