@@ -119,7 +119,7 @@ type Inbox struct {
 	batch int
 }
 
-var _ inbox.Inbox = (*Inbox)(nil)
+var _ inbox.TxCompleter = (*Inbox)(nil)
 
 // component names the inbox's schema in the version table.
 const component = "inbox"

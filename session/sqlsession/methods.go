@@ -121,6 +121,23 @@ func (s *Store) Create(ctx context.Context, key session.Key, state json.RawMessa
 // the expected one (the conditional UPDATE is the optimistic lock), look for the request's
 // stored turn (a duplicate rolls back), insert the events numbered after the old count.
 func (s *Store) Append(ctx context.Context, key session.Key, expectedVersion int64, t session.Turn) (session.Appended, error) {
+	return s.append(ctx, key, expectedVersion, t, nil)
+}
+
+// AppendTx implements session.TxAppender: Append's transaction, with join run after the
+// events are inserted and before the commit.
+func (s *Store) AppendTx(ctx context.Context, key session.Key, expectedVersion int64, t session.Turn, join session.JoinFunc) (session.Appended, error) {
+	if join == nil {
+		return session.Appended{}, fmt.Errorf("%w: nil join", session.ErrInvalid)
+	}
+	return s.append(ctx, key, expectedVersion, t, join)
+}
+
+// TxDB implements session.TxAppender: the *sql.DB given to New.
+func (s *Store) TxDB() *sql.DB { return s.db }
+
+// append is Append, and AppendTx when join is not nil.
+func (s *Store) append(ctx context.Context, key session.Key, expectedVersion int64, t session.Turn, join session.JoinFunc) (session.Appended, error) {
 	if err := key.Validate(); err != nil {
 		return session.Appended{}, err
 	}
@@ -166,6 +183,11 @@ func (s *Store) Append(ctx context.Context, key session.Key, expectedVersion int
 	for i := 0; i < len(events); i += insertBatch {
 		if err := s.insertEvents(ctx, tx, id, events[i:min(i+insertBatch, len(events))], i); err != nil {
 			return session.Appended{}, s.fail(ctx, "append", key, err)
+		}
+	}
+	if join != nil {
+		if err := join(ctx, tx, events); err != nil {
+			return session.Appended{}, fmt.Errorf("sqlsession: append %s: joined write: %w", key, err)
 		}
 	}
 	s.hook(ctx, "inserted", tx)

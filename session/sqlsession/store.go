@@ -134,7 +134,7 @@ type Store struct {
 	appendHook func(ctx context.Context, stage string, tx sqldialect.Querier)
 }
 
-var _ session.Store = (*Store)(nil)
+var _ session.TxAppender = (*Store)(nil)
 
 // component names the session store's schema in the version table.
 const component = "sessions"
