@@ -18,6 +18,12 @@
 //     inbox may use its own clock, which is why Purge is tested with cutoffs an hour away).
 //   - Under contention no call fails with anything but the contract's errors.
 //   - A call whose context is already cancelled returns an error and changes nothing.
+//
+// When the inbox implements inbox.TxCompleter, Run also checks CompleteTx (the subtests under
+// "CompleteTx"; skipped, with the reason, for other inboxes) in transactions it opens with
+// TxDB().BeginTx: a completion takes effect when its transaction commits and not when it rolls
+// back, with Complete's errors. session/sessiontest.RunJoint checks such an inbox together
+// with a session.TxAppender, as turn.Runner uses them.
 package inboxtest
 
 import (
@@ -44,6 +50,7 @@ func Run(t *testing.T, newInbox func(t *testing.T) inbox.Inbox) {
 			c.run(t, newInbox(t))
 		})
 	}
+	runTx(t, newInbox)
 }
 
 var cases = []struct {
