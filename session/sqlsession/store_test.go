@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/turnstile-go/turnstile/inbox"
+	"github.com/turnstile-go/turnstile/inbox/sqlinbox"
 	"github.com/turnstile-go/turnstile/internal/sqltest"
 	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/session/sessiontest"
@@ -38,6 +40,28 @@ func TestConformance(t *testing.T) {
 			sessiontest.Run(t, func(t *testing.T) session.Store {
 				s, _ := newStore(t, db)
 				return s
+			})
+		})
+	}
+}
+
+// newPair opens a migrated store and inbox on one *sql.DB of db, with tables of their own.
+func newPair(t testing.TB, db sqltest.DB) (*sqlsession.Store, *sqlinbox.Inbox) {
+	t.Helper()
+	s, sqlDB := newStore(t, db)
+	b, err := sqlinbox.New(sqlDB, sqlinbox.Dialect(dialectOf(db)), sqlinbox.Options{TablePrefix: s.TablePrefix()})
+	require.NoError(t, err)
+	require.NoError(t, b.Migrate(context.Background()))
+	return s, b
+}
+
+func TestJointConformance(t *testing.T) {
+	t.Parallel()
+	for _, db := range sqltest.DBs {
+		t.Run(db.Name, func(t *testing.T) {
+			t.Parallel()
+			sessiontest.RunJoint(t, func(t *testing.T) (session.TxAppender, inbox.TxCompleter) {
+				return newPair(t, db)
 			})
 		})
 	}
