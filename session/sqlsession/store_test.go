@@ -48,10 +48,21 @@ func TestConformance(t *testing.T) {
 // newPair opens a migrated store and inbox on one *sql.DB of db, with tables of their own.
 func newPair(t testing.TB, db sqltest.DB) (*sqlsession.Store, *sqlinbox.Inbox) {
 	t.Helper()
-	s, sqlDB := newStore(t, db)
-	b, err := sqlinbox.New(sqlDB, sqlinbox.Dialect(dialectOf(db)), sqlinbox.Options{TablePrefix: s.TablePrefix()})
+	return newPairOn(t, db, db.Open(t), 0)
+}
+
+// newPairOn builds a migrated store and inbox with tables of their own on sqlDB, a database
+// of db, both with the given Options.Concurrency.
+func newPairOn(t testing.TB, db sqltest.DB, sqlDB *sql.DB, concurrency int) (*sqlsession.Store, *sqlinbox.Inbox) {
+	t.Helper()
+	ctx := context.Background()
+	prefix := sqltest.Prefix(t, sqlDB, db.Postgres)
+	s, err := sqlsession.New(sqlDB, dialectOf(db), sqlsession.Options{TablePrefix: prefix, Concurrency: concurrency})
 	require.NoError(t, err)
-	require.NoError(t, b.Migrate(context.Background()))
+	require.NoError(t, s.Migrate(ctx))
+	b, err := sqlinbox.New(sqlDB, sqlinbox.Dialect(dialectOf(db)), sqlinbox.Options{TablePrefix: prefix, Concurrency: concurrency})
+	require.NoError(t, err)
+	require.NoError(t, b.Migrate(ctx))
 	return s, b
 }
 
