@@ -118,8 +118,9 @@ func (s *Store) Create(ctx context.Context, key session.Key, state json.RawMessa
 }
 
 // Append implements session.Store, in one write transaction: bump the version where it is
-// the expected one (the conditional UPDATE is the optimistic lock), look for the request's
-// stored turn (a duplicate rolls back), insert the events numbered after the old count.
+// the expected one (the conditional UPDATE is the optimistic lock) and, in the same
+// statement, learn whether the request's turn is stored (a duplicate reads it and rolls
+// back), then insert the events numbered after the old count.
 func (s *Store) Append(ctx context.Context, key session.Key, expectedVersion int64, t session.Turn) (session.Appended, error) {
 	return s.append(ctx, key, expectedVersion, t, nil)
 }
@@ -152,9 +153,12 @@ func (s *Store) append(ctx context.Context, key session.Key, expectedVersion int
 	defer tx.Rollback()
 
 	n := int64(len(t.Events))
-	var id, version, count int64
+	var (
+		id, version, count int64
+		stored             bool
+	)
 	err = tx.QueryRowContext(ctx, s.q.bump, key.App, key.Conversation, key.User, expectedVersion,
-		n, t.State != nil, sqldialect.Bytes(t.State), s.d.Time(now)).Scan(&id, &version, &count)
+		n, t.State != nil, sqldialect.Bytes(t.State), s.d.Time(now), t.RequestID).Scan(&id, &version, &count, &stored)
 	if errors.Is(err, sql.ErrNoRows) {
 		return session.Appended{}, s.whyNot(ctx, tx, key, expectedVersion)
 	}
@@ -163,12 +167,12 @@ func (s *Store) append(ctx context.Context, key session.Key, expectedVersion int
 	}
 	s.hook(ctx, "bumped", tx)
 
-	prior, err := s.readTurn(ctx, tx, id, t.RequestID)
-	if err != nil {
-		return session.Appended{}, s.fail(ctx, "append", key, err)
-	}
-	if len(prior) > 0 {
-		if err := tx.Rollback(); err != nil {
+	if stored { // a duplicate, the rare case: read the stored turn, then undo the bump
+		prior, err := s.readTurn(ctx, tx, id, t.RequestID)
+		if err == nil {
+			err = tx.Rollback()
+		}
+		if err != nil {
 			return session.Appended{}, s.fail(ctx, "append", key, err)
 		}
 		return session.Appended{Version: expectedVersion, Events: prior, Duplicate: true}, nil
