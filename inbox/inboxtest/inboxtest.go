@@ -39,6 +39,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-go/turnstile/inbox"
+	"github.com/turnstile-go/turnstile/internal/suite"
 )
 
 // Run runs the conformance suite against the inboxes newInbox returns; see the package doc.
@@ -50,7 +51,7 @@ func Run(t *testing.T, newInbox func(t *testing.T) inbox.Inbox) {
 			c.run(t, newInbox(t))
 		})
 	}
-	runTx(t, newInbox)
+	suite.RunOptional(t, "CompleteTx", newInbox, txCases)
 }
 
 var cases = []struct {

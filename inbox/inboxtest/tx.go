@@ -7,35 +7,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-go/turnstile/inbox"
+	"github.com/turnstile-go/turnstile/internal/suite"
 )
 
-// txCases are the subtests of inbox.TxCompleter, run when the inbox implements it: a
-// completion made in a transaction takes effect when it commits, and not when it rolls back.
-var txCases = []struct {
-	name string
-	run  func(t *testing.T, b inbox.TxCompleter)
-}{
-	{"CommitCompletes", testTxCommit},
-	{"RollbackLeavesInProgress", testTxRollback},
-	{"Errors", testTxErrors},
-}
-
-// runTx runs txCases as subtests of one "CompleteTx" subtest, skipped with the reason when
-// the inbox does not implement inbox.TxCompleter.
-func runTx(t *testing.T, newInbox func(t *testing.T) inbox.Inbox) {
-	t.Helper()
-	t.Run("CompleteTx", func(t *testing.T) {
-		t.Parallel()
-		if _, ok := newInbox(t).(inbox.TxCompleter); !ok {
-			t.Skip("the inbox does not implement inbox.TxCompleter")
-		}
-		for _, c := range txCases {
-			t.Run(c.name, func(t *testing.T) {
-				t.Parallel()
-				c.run(t, newInbox(t).(inbox.TxCompleter))
-			})
-		}
-	})
+// txCases are the subtests of inbox.TxCompleter, run when the inbox implements it (under
+// "CompleteTx"): a completion made in a transaction takes effect when it commits, and not
+// when it rolls back.
+var txCases = []suite.Case[inbox.TxCompleter]{
+	{Name: "CommitCompletes", Run: testTxCommit},
+	{Name: "RollbackLeavesInProgress", Run: testTxRollback},
+	{Name: "Errors", Run: testTxErrors},
 }
 
 // completeIn runs CompleteTx in a transaction of its own on b's database, then commits it

@@ -41,6 +41,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/turnstile-go/turnstile/internal/suite"
 	"github.com/turnstile-go/turnstile/session"
 )
 
@@ -54,7 +55,7 @@ func Run(t *testing.T, newStore func(t *testing.T) session.Store) {
 			c.run(t, newStore(t))
 		})
 	}
-	runTx(t, newStore)
+	suite.RunOptional(t, "AppendTx", newStore, txCases)
 }
 
 type testCase struct {

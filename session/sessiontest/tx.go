@@ -12,38 +12,18 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/turnstile-go/turnstile/internal/suite"
 	"github.com/turnstile-go/turnstile/session"
 )
 
-// txCases are the subtests of session.TxAppender, run when the store implements it: the
-// turn and the joined write commit together or not at all.
-var txCases = []struct {
-	name string
-	run  func(t *testing.T, s session.TxAppender)
-}{
-	{"JoinedWriteCommitsWithTheTurn", testJoinCommits},
-	{"JoinErrorRollsBackTheTurn", testJoinErrorRollsBack},
-	{"FailedCommitStoresNeither", testJoinFailedCommit},
-	{"NoJoinWithoutAWrite", testNoJoinWithoutWrite},
-	{"JoinRace", testJoinRace},
-}
-
-// runTx runs txCases as subtests of one "AppendTx" subtest, skipped with the reason when the
-// store does not implement session.TxAppender.
-func runTx(t *testing.T, newStore func(t *testing.T) session.Store) {
-	t.Helper()
-	t.Run("AppendTx", func(t *testing.T) {
-		t.Parallel()
-		if _, ok := newStore(t).(session.TxAppender); !ok {
-			t.Skip("the store does not implement session.TxAppender")
-		}
-		for _, c := range txCases {
-			t.Run(c.name, func(t *testing.T) {
-				t.Parallel()
-				c.run(t, newStore(t).(session.TxAppender))
-			})
-		}
-	})
+// txCases are the subtests of session.TxAppender, run when the store implements it (under
+// "AppendTx"): the turn and the joined write commit together or not at all.
+var txCases = []suite.Case[session.TxAppender]{
+	{Name: "JoinedWriteCommitsWithTheTurn", Run: testJoinCommits},
+	{Name: "JoinErrorRollsBackTheTurn", Run: testJoinErrorRollsBack},
+	{Name: "FailedCommitStoresNeither", Run: testJoinFailedCommit},
+	{Name: "NoJoinWithoutAWrite", Run: testNoJoinWithoutWrite},
+	{Name: "JoinRace", Run: testJoinRace},
 }
 
 // marks is a table of one subtest's own on the store's database, which joined writes fill with

@@ -26,10 +26,17 @@ func dialectOf(db sqltest.DB) sqlsession.Dialect {
 func newStore(t testing.TB, db sqltest.DB) (*sqlsession.Store, *sql.DB) {
 	t.Helper()
 	sqlDB := db.Open(t)
-	s, err := sqlsession.New(sqlDB, dialectOf(db), sqlsession.Options{TablePrefix: sqltest.Prefix(t, sqlDB, db.Postgres)})
+	return newStoreOn(t, db, sqlDB, sqltest.Prefix(t, sqlDB, db.Postgres), 0), sqlDB
+}
+
+// newStoreOn builds a migrated store on sqlDB, a database of db, with the table prefix and
+// Options.Concurrency given.
+func newStoreOn(t testing.TB, db sqltest.DB, sqlDB *sql.DB, prefix string, concurrency int) *sqlsession.Store {
+	t.Helper()
+	s, err := sqlsession.New(sqlDB, dialectOf(db), sqlsession.Options{TablePrefix: prefix, Concurrency: concurrency})
 	require.NoError(t, err)
 	require.NoError(t, s.Migrate(context.Background()))
-	return s, sqlDB
+	return s
 }
 
 func TestConformance(t *testing.T) {
@@ -55,14 +62,11 @@ func newPair(t testing.TB, db sqltest.DB) (*sqlsession.Store, *sqlinbox.Inbox) {
 // of db, both with the given Options.Concurrency.
 func newPairOn(t testing.TB, db sqltest.DB, sqlDB *sql.DB, concurrency int) (*sqlsession.Store, *sqlinbox.Inbox) {
 	t.Helper()
-	ctx := context.Background()
 	prefix := sqltest.Prefix(t, sqlDB, db.Postgres)
-	s, err := sqlsession.New(sqlDB, dialectOf(db), sqlsession.Options{TablePrefix: prefix, Concurrency: concurrency})
-	require.NoError(t, err)
-	require.NoError(t, s.Migrate(ctx))
+	s := newStoreOn(t, db, sqlDB, prefix, concurrency)
 	b, err := sqlinbox.New(sqlDB, sqlinbox.Dialect(dialectOf(db)), sqlinbox.Options{TablePrefix: prefix, Concurrency: concurrency})
 	require.NoError(t, err)
-	require.NoError(t, b.Migrate(ctx))
+	require.NoError(t, b.Migrate(context.Background()))
 	return s, b
 }
 
