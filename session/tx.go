@@ -36,7 +36,7 @@ type TxAppender interface {
 	// is stored (a lost connection during the commit leaves it unknown, as for Append).
 	// join is not called when AppendTx writes nothing: Append's errors (ErrConflict,
 	// ErrNotFound, ErrOwnerMismatch, ErrInvalid) and a turn already stored (Duplicate set),
-	// which the caller finishes on its own. join must not keep tx, nor use the database other
+	// which the caller finishes on its own. A nil join is ErrInvalid. join must not keep tx, nor use the database other
 	// than through tx: on SQLite the transaction holds the write lock, so another connection's
 	// write would wait for it.
 	AppendTx(ctx context.Context, key Key, expectedVersion int64, turn Turn, join JoinFunc) (Appended, error)

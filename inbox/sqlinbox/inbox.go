@@ -24,6 +24,15 @@
 // (deliveries = 1) in the same statement. A partial index on updated_at over done and dead
 // entries serves Purge.
 //
+// New sizes db's connection pool for Options.Concurrency (default 64), as session/sqlsession's
+// New does; give both stores on one *sql.DB the same figure.
+//
+// # One transaction with the session store
+//
+// Inbox implements inbox.TxCompleter: CompleteTx completes a request inside a transaction
+// on the same *sql.DB. turn.Runner uses it with a session/sqlsession Store on that *sql.DB to
+// commit a turn and its completion together (see that package's doc).
+//
 // # Errors
 //
 // Contract errors are the inbox package's sentinels. Infrastructure failures (a lost or

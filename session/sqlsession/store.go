@@ -45,6 +45,14 @@
 // State and event data are stored as bytes (bytea, BLOB), exactly as given; times as
 // timestamptz on PostgreSQL and Unix microseconds on SQLite, so they keep microseconds.
 //
+// # One transaction with the inbox
+//
+// Store implements session.TxAppender: AppendTx runs a write of another store inside
+// Append's transaction. An inbox/sqlinbox Inbox built on the same *sql.DB implements
+// inbox.TxCompleter, and turn.Runner, given both, stores a turn and completes its request in
+// one commit: two commits per turn (the inbox's Begin, then the append with the completion)
+// instead of three, and no crash between the append and the completion.
+//
 // # Errors
 //
 // Contract errors are the session package's sentinels. Infrastructure failures (a lost or
