@@ -261,7 +261,10 @@ func (r *Runner) joint() (session.TxAppender, inbox.TxCompleter, bool) {
 // does not join, is completed as on the separate path.
 func (r *Runner) appendAndComplete(ctx context.Context, req Request, key session.Key, version int64, t session.Turn,
 	sessions session.TxAppender, ib inbox.TxCompleter) (Result, error) {
-	var res Result
+	var (
+		res    Result
+		joined bool
+	)
 	appended, err := sessions.AppendTx(ctx, key, version, t, func(ctx context.Context, tx session.SQLTx, stored []session.Event) error {
 		var data []byte
 		var err error
@@ -271,6 +274,7 @@ func (r *Runner) appendAndComplete(ctx context.Context, req Request, key session
 		if err := ib.CompleteTx(ctx, tx, r.InboxKey(req), data); err != nil {
 			return fmt.Errorf("inbox complete: %w", err)
 		}
+		joined = true
 		return nil
 	})
 	switch {
@@ -278,6 +282,8 @@ func (r *Runner) appendAndComplete(ctx context.Context, req Request, key session
 		return Result{}, fmt.Errorf("session append with inbox complete at version %d: %w", version, err)
 	case appended.Duplicate:
 		return r.complete(ctx, req, appended.Events)
+	case !joined: // a Store that breaks its contract; never return a result not stored
+		return Result{}, errors.New("session store appended the turn without the inbox completion")
 	}
 	return res, nil
 }

@@ -198,3 +198,27 @@ func TestJointZombieConflicts(t *testing.T) {
 	require.Equal(t, 3, n)
 	require.EqualValues(t, 3, total)
 }
+
+// joinSkipper breaks the TxAppender contract: it appends without running join.
+type joinSkipper struct{ *sqlsession.Store }
+
+func (s joinSkipper) AppendTx(ctx context.Context, key session.Key, v int64, t session.Turn, _ session.JoinFunc) (session.Appended, error) {
+	return s.Append(ctx, key, v, t)
+}
+
+// A store that appends without the joined completion gets an error, not a Result that the
+// inbox does not hold.
+func TestJointPathWithoutTheCompletionIsAnError(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := sqltest.SQLiteFile(t)
+	b := setupSQL(t, db, db)
+	r := *b.runner
+	r.Sessions = joinSkipper{b.sessions}
+	req := newRequest("c-skip", "u-1", "hello")
+	_, err := r.Run(ctx, req)
+	require.ErrorContains(t, err, "without the inbox completion")
+	entry, err := b.inbox.Get(ctx, r.InboxKey(req))
+	require.NoError(t, err)
+	require.Equal(t, inbox.StatusInProgress, entry.Status)
+}
