@@ -8,8 +8,11 @@ import (
 // SQLTx is a SQL transaction as a TxAppender hands it to a write that joins Append's: the
 // methods *sql.Tx and *sql.Conn share. Statements run on it commit or roll back with the turn.
 type SQLTx interface {
+	// ExecContext runs a statement that returns no rows, as *sql.Tx's does.
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	// QueryContext runs a query that returns rows, as *sql.Tx's does.
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	// QueryRowContext runs a query that returns at most one row, as *sql.Tx's does.
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 

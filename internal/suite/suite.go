@@ -9,8 +9,10 @@ import (
 
 // Case is one subtest: its name and what it checks of a T.
 type Case[T any] struct {
+	// Name is the subtest's name.
 	Name string
-	Run  func(t *testing.T, v T)
+	// Run checks v, made for this subtest alone.
+	Run func(t *testing.T, v T)
 }
 
 // RunOptional runs cases as parallel subtests of one parallel subtest named group, each on a
