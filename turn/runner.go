@@ -241,6 +241,27 @@ func (r *Runner) runTurn(ctx context.Context, req Request, attempt int, first bo
 	return r.complete(ctx, req, appended.Events)
 }
 
+// CheckConcurrency reports whether the Runner's stores can serve n turns at once (the
+// consumer's MaxInFlight): each of Sessions and Inbox that has a method
+// CheckConcurrency(n int) error is asked, as session/sqlsession's Store and inbox/sqlinbox's
+// Inbox have (their pools must keep n connections); the others are taken to be able. Call it
+// at start-up, and refuse to start or warn on an error. Errors: the first store's that
+// fails, wrapped (for the SQL stores, one wrapping their ErrPoolTooSmall).
+func (r *Runner) CheckConcurrency(n int) error {
+	type concurrencyChecker interface{ CheckConcurrency(n int) error }
+	for _, store := range []struct {
+		name string
+		v    any
+	}{{"Sessions", r.Sessions}, {"Inbox", r.Inbox}} {
+		if c, ok := store.v.(concurrencyChecker); ok {
+			if err := c.CheckConcurrency(n); err != nil {
+				return fmt.Errorf("turn: Runner.%s cannot serve %d turns at once: %w", store.name, n, err)
+			}
+		}
+	}
+	return nil
+}
+
 // joint returns the session store and the inbox as one when they can store a turn and
 // complete its request in one transaction: both implement the optional interfaces, on the
 // same *sql.DB.

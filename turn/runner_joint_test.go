@@ -222,3 +222,23 @@ func TestJointPathWithoutTheCompletionIsAnError(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, inbox.StatusInProgress, entry.Status)
 }
+
+func TestCheckConcurrency(t *testing.T) {
+	t.Parallel()
+	db := sqltest.SQLiteFile(t)
+	ctx := context.Background()
+	s, err := sqlsession.New(db, sqlsession.SQLite, sqlsession.Options{Concurrency: 8})
+	require.NoError(t, err)
+	require.NoError(t, s.Migrate(ctx))
+	b, err := sqlinbox.New(db, sqlinbox.SQLite, sqlinbox.Options{Concurrency: 8})
+	require.NoError(t, err)
+	r := &turn.Runner{Model: &echoModel{}, Sessions: s, Inbox: b}
+
+	require.NoError(t, r.CheckConcurrency(8))
+	err = r.CheckConcurrency(12)
+	require.ErrorIs(t, err, sqlsession.ErrPoolTooSmall)
+	require.ErrorContains(t, err, "Runner.Sessions cannot serve 12 turns at once")
+
+	memory := &turn.Runner{Model: &echoModel{}, Sessions: session.NewMemoryStore(), Inbox: inbox.NewMemoryInbox()}
+	require.NoError(t, memory.CheckConcurrency(1000), "memory stores have no pool")
+}

@@ -168,3 +168,13 @@ func (b *Inbox) Migrate(ctx context.Context) error {
 
 // TablePrefix returns the table prefix in use.
 func (b *Inbox) TablePrefix() string { return b.d.Prefix() }
+
+// CheckConcurrency reports whether the Inbox's pool is sized for n calls at once, as
+// session/sqlsession's Store.CheckConcurrency does (turn.Runner.CheckConcurrency asks it).
+// Errors: ErrPoolTooSmall (wrapped). It does not touch the database.
+func (b *Inbox) CheckConcurrency(n int) error {
+	if err := sqldialect.CheckSized(b.db, n); err != nil {
+		return fmt.Errorf("sqlinbox: %w", err)
+	}
+	return nil
+}

@@ -45,12 +45,11 @@ func SizePool(db *sql.DB, concurrency int) error {
 	if !explicit {
 		concurrency = DefaultConcurrency
 	}
-	if open := db.Stats().MaxOpenConnections; open > 0 && open < concurrency {
+	if err := checkMaxOpen(db, concurrency); err != nil {
 		if explicit {
-			return fmt.Errorf("%w: MaxOpenConns is %d, the concurrency %d (raise it with db.SetMaxOpenConns, or lower the concurrency)",
-				ErrPoolTooSmall, open, concurrency)
+			return err
 		}
-		concurrency = open
+		concurrency = db.Stats().MaxOpenConnections
 	}
 	v, _ := idleLimits.LoadOrStore(db, &idleLimit{})
 	l := v.(*idleLimit)
@@ -59,6 +58,38 @@ func SizePool(db *sql.DB, concurrency int) error {
 	if concurrency > l.n {
 		l.n = concurrency
 		db.SetMaxIdleConns(concurrency)
+	}
+	return nil
+}
+
+// checkMaxOpen returns an error wrapping ErrPoolTooSmall when db's MaxOpenConns is set below
+// concurrency.
+func checkMaxOpen(db *sql.DB, concurrency int) error {
+	if open := db.Stats().MaxOpenConnections; open > 0 && open < concurrency {
+		return fmt.Errorf("%w: MaxOpenConns is %d, the concurrency %d (raise it with db.SetMaxOpenConns, or lower the concurrency)",
+			ErrPoolTooSmall, open, concurrency)
+	}
+	return nil
+}
+
+// CheckSized reports an error wrapping ErrPoolTooSmall when db cannot serve concurrency calls
+// at once as sized: its MaxOpenConns is set below concurrency, or the idle limit SizePool set
+// on it is. A pool SizePool never sized (one its owner configured) is checked for
+// MaxOpenConns only, as database/sql cannot report its idle limit (CheckPool probes it). It
+// does not touch the database.
+func CheckSized(db *sql.DB, concurrency int) error {
+	if err := checkMaxOpen(db, concurrency); err != nil {
+		return err
+	}
+	v, ok := idleLimits.Load(db)
+	if !ok {
+		return nil
+	}
+	l := v.(*idleLimit)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.n < concurrency {
+		return fmt.Errorf("%w: sized for %d calls at once (Options.Concurrency), the concurrency %d", ErrPoolTooSmall, l.n, concurrency)
 	}
 	return nil
 }
@@ -72,8 +103,8 @@ func SizePool(db *sql.DB, concurrency int) error {
 // Run it at start-up, before the pool is busy: closures by other callers during the check
 // count against it. Other errors: ctx's, or the driver's failure to connect.
 func CheckPool(ctx context.Context, db *sql.DB, concurrency int) error {
-	if open := db.Stats().MaxOpenConnections; open > 0 && open < concurrency {
-		return fmt.Errorf("%w: MaxOpenConns is %d, the concurrency %d", ErrPoolTooSmall, open, concurrency)
+	if err := checkMaxOpen(db, concurrency); err != nil {
+		return err
 	}
 	before := db.Stats().MaxIdleClosed
 	conns := make([]*sql.Conn, 0, max(concurrency, 0))

@@ -71,3 +71,18 @@ func TestSizePoolNegativeLeavesThePool(t *testing.T) {
 	require.ErrorIs(t, sqldialect.CheckPool(context.Background(), db, 8), sqldialect.ErrPoolTooSmall,
 		"the idle limit is still database/sql's 2")
 }
+
+func TestCheckSized(t *testing.T) {
+	t.Parallel()
+	db := newPool(t)
+	require.NoError(t, sqldialect.CheckSized(db, 100), "a pool never sized: only MaxOpenConns can be checked")
+	require.NoError(t, sqldialect.SizePool(db, 8))
+	require.NoError(t, sqldialect.CheckSized(db, 8))
+	err := sqldialect.CheckSized(db, 9)
+	require.ErrorIs(t, err, sqldialect.ErrPoolTooSmall)
+	require.ErrorContains(t, err, "sized for 8")
+
+	db.SetMaxOpenConns(4)
+	require.ErrorIs(t, sqldialect.CheckSized(db, 8), sqldialect.ErrPoolTooSmall, "MaxOpenConns lowered since")
+	require.NoError(t, sqldialect.CheckSized(db, 4))
+}

@@ -13,7 +13,8 @@
 // default 64): database/sql keeps only 2 idle connections unless told otherwise, and
 // concurrent turns would reconnect on nearly every call. It replaces an idle limit you set on
 // db yourself; give a negative Concurrency to keep your own pool settings, and CheckPool to
-// check them. Give the same Concurrency to the inbox/sqlinbox Inbox on the same *sql.DB.
+// check them. Give the same Concurrency to the inbox/sqlinbox Inbox on the same *sql.DB, and
+// let the consumer check it against its MaxInFlight with turn.Runner.CheckConcurrency.
 //
 // SQLite wants a busy timeout, so that writers queue for the database's single write lock
 // instead of failing with SQLITE_BUSY, and WAL, so that readers do not wait for writers.
@@ -177,3 +178,15 @@ func (s *Store) Migrate(ctx context.Context) error {
 
 // TablePrefix returns the table prefix in use.
 func (s *Store) TablePrefix() string { return s.d.Prefix() }
+
+// CheckConcurrency reports whether the Store's pool is sized for n calls at once, a number of
+// connections (turn.Runner.CheckConcurrency asks it). Errors: ErrPoolTooSmall (wrapped) when
+// db's MaxOpenConns is below n, or the idle limit a store's Options.Concurrency set on db is.
+// For a pool you sized yourself (Options.Concurrency < 0) only MaxOpenConns can be checked
+// here; CheckPool probes the rest. It does not touch the database.
+func (s *Store) CheckConcurrency(n int) error {
+	if err := sqldialect.CheckSized(s.db, n); err != nil {
+		return fmt.Errorf("sqlsession: %w", err)
+	}
+	return nil
+}
