@@ -102,7 +102,8 @@ type Options struct {
 	// New sizes the pool for it with db.SetMaxIdleConns(Concurrency), so that connections stay
 	// open between calls: database/sql keeps 2 idle connections by default and closes every
 	// other one on release, so concurrent turns reconnect constantly (on PostgreSQL with 12
-	// concurrent turns that cost half the throughput; see BENCHMARKS.md, "Stores"). This
+	// concurrent turns that cost nearly two thirds of the throughput; see BENCHMARKS.md,
+	// "Stores"). This
 	// replaces an idle limit you set on db yourself (database/sql cannot report it), except
 	// that stores sharing a *sql.DB never lower each other's: the largest wins. MaxOpenConns
 	// stays yours: New fails with ErrPoolTooSmall when it is set below a Concurrency you give.
