@@ -245,7 +245,9 @@ func (r *Runner) runTurn(ctx context.Context, req Request, attempt int, first bo
 // consumer's MaxInFlight): each of Sessions and Inbox that has a method
 // CheckConcurrency(n int) error is asked, as session/sqlsession's Store and inbox/sqlinbox's
 // Inbox have (their pools must keep n connections); the others are taken to be able. Call it
-// at start-up, and refuse to start or warn on an error. Errors: the first store's that
+// at start-up and log its error as a warning: a smaller pool still works, but turns then wait
+// for connections whenever more than its size are in store calls at once, which with an
+// instant model is all of them and with a slow one a few. Errors: the first store's that
 // fails, wrapped (for the SQL stores, one wrapping their ErrPoolTooSmall).
 func (r *Runner) CheckConcurrency(n int) error {
 	type concurrencyChecker interface{ CheckConcurrency(n int) error }
