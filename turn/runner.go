@@ -30,6 +30,11 @@ const (
 // workers, after any crash, adds its turn to the session once and yields one Result.
 // See docs/DESIGN.md, "One turn, direct mode", for the steps and the crash table.
 //
+// When Sessions implements session.TxAppender and Inbox implements inbox.TxCompleter on the
+// same *sql.DB (session/sqlsession and inbox/sqlinbox built on one *sql.DB do), the session
+// append and the inbox completion commit in one transaction: one commit less per turn, and no
+// crash can fall between them (the crash table's "session append" row cannot happen).
+//
 // Set the fields before the first Run and do not change them after; a Runner is then safe
 // for concurrent use. Model, Sessions and Inbox are required.
 type Runner struct {
@@ -225,11 +230,85 @@ func (r *Runner) runTurn(ctx context.Context, req Request, attempt int, first bo
 		}
 		e.Time = e.Time.UTC().Truncate(time.Microsecond)
 	}
-	appended, err := r.Sessions.Append(ctx, key, sess.Version, session.Turn{RequestID: req.ID, Events: events, State: out.State})
+	t := session.Turn{RequestID: req.ID, Events: events, State: out.State}
+	if sessions, ib, ok := r.joint(); ok {
+		return r.appendAndComplete(ctx, req, key, sess.Version, t, sessions, ib)
+	}
+	appended, err := r.Sessions.Append(ctx, key, sess.Version, t)
 	if err != nil {
 		return Result{}, fmt.Errorf("session append at version %d: %w", sess.Version, err)
 	}
 	return r.complete(ctx, req, appended.Events)
+}
+
+// CheckConcurrency reports whether the Runner's stores can serve n turns at once (the
+// consumer's MaxInFlight): each of Sessions and Inbox that has a method
+// CheckConcurrency(n int) error is asked, as session/sqlsession's Store and inbox/sqlinbox's
+// Inbox have (their pools must keep n connections); the others are taken to be able. Call it
+// at start-up and log its error as a warning: a smaller pool still works, but turns then wait
+// for connections whenever more than its size are in store calls at once, which with an
+// instant model is all of them and with a slow one a few. Errors: the first store's that
+// fails, wrapped (for the SQL stores, one wrapping their ErrPoolTooSmall).
+func (r *Runner) CheckConcurrency(n int) error {
+	type concurrencyChecker interface{ CheckConcurrency(n int) error }
+	for _, store := range []struct {
+		name string
+		v    any
+	}{{"Sessions", r.Sessions}, {"Inbox", r.Inbox}} {
+		if c, ok := store.v.(concurrencyChecker); ok {
+			if err := c.CheckConcurrency(n); err != nil {
+				return fmt.Errorf("turn: Runner.%s cannot serve %d turns at once: %w", store.name, n, err)
+			}
+		}
+	}
+	return nil
+}
+
+// joint returns the session store and the inbox as one when they can store a turn and
+// complete its request in one transaction: both implement the optional interfaces, on the
+// same *sql.DB.
+func (r *Runner) joint() (session.TxAppender, inbox.TxCompleter, bool) {
+	sessions, ok := r.Sessions.(session.TxAppender)
+	if !ok {
+		return nil, nil, false
+	}
+	ib, ok := r.Inbox.(inbox.TxCompleter)
+	if !ok || sessions.TxDB() == nil || sessions.TxDB() != ib.TxDB() {
+		return nil, nil, false
+	}
+	return sessions, ib, true
+}
+
+// appendAndComplete appends the turn and completes the request in one transaction, so that no
+// crash falls between the two (one commit instead of two). A duplicate turn, which AppendTx
+// does not join, is completed as on the separate path.
+func (r *Runner) appendAndComplete(ctx context.Context, req Request, key session.Key, version int64, t session.Turn,
+	sessions session.TxAppender, ib inbox.TxCompleter) (Result, error) {
+	var (
+		res    Result
+		joined bool
+	)
+	appended, err := sessions.AppendTx(ctx, key, version, t, func(ctx context.Context, tx session.SQLTx, stored []session.Event) error {
+		var data []byte
+		var err error
+		if res, data, err = r.result(req, stored); err != nil {
+			return err
+		}
+		if err := ib.CompleteTx(ctx, tx, r.InboxKey(req), data); err != nil {
+			return fmt.Errorf("inbox complete: %w", err)
+		}
+		joined = true
+		return nil
+	})
+	switch {
+	case err != nil:
+		return Result{}, fmt.Errorf("session append with inbox complete at version %d: %w", version, err)
+	case appended.Duplicate:
+		return r.complete(ctx, req, appended.Events)
+	case !joined: // a Store that breaks its contract; never return a result not stored
+		return Result{}, errors.New("session store appended the turn without the inbox completion")
+	}
+	return res, nil
 }
 
 // respond calls the model and returns when it does or when ctx ends, whichever is first: a
@@ -292,8 +371,20 @@ func abandonedIf(ctx context.Context, err error) error {
 
 // complete builds the Result from the stored turn and stores it in the inbox.
 func (r *Runner) complete(ctx context.Context, req Request, stored []session.Event) (Result, error) {
+	res, data, err := r.result(req, stored)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := r.Inbox.Complete(ctx, r.InboxKey(req), data); err != nil {
+		return Result{}, fmt.Errorf("inbox complete: %w", err)
+	}
+	return res, nil
+}
+
+// result builds the Result of req from its stored turn, and its encoding for the inbox.
+func (r *Runner) result(req Request, stored []session.Event) (Result, []byte, error) {
 	if len(stored) == 0 { // a Store that breaks its contract; never index blindly
-		return Result{}, errors.New("session store returned an empty turn")
+		return Result{}, nil, errors.New("session store returned an empty turn")
 	}
 	last := stored[len(stored)-1]
 	res := Result{
@@ -303,12 +394,9 @@ func (r *Runner) complete(ctx context.Context, req Request, stored []session.Eve
 	}
 	data, err := json.Marshal(res)
 	if err != nil {
-		return Result{}, fmt.Errorf("encode result: %w", err)
+		return Result{}, nil, fmt.Errorf("encode result: %w", err)
 	}
-	if err := r.Inbox.Complete(ctx, r.InboxKey(req), data); err != nil {
-		return Result{}, fmt.Errorf("inbox complete: %w", err)
-	}
-	return res, nil
+	return res, data, nil
 }
 
 // failed records a failed attempt in the inbox and turns the error into what Run returns.

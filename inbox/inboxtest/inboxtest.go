@@ -18,6 +18,12 @@
 //     inbox may use its own clock, which is why Purge is tested with cutoffs an hour away).
 //   - Under contention no call fails with anything but the contract's errors.
 //   - A call whose context is already cancelled returns an error and changes nothing.
+//
+// When the inbox implements inbox.TxCompleter, Run also checks CompleteTx (the subtests under
+// "CompleteTx"; skipped, with the reason, for other inboxes) in transactions it opens with
+// TxDB().BeginTx: a completion takes effect when its transaction commits and not when it rolls
+// back, with Complete's errors. session/sessiontest.RunJoint checks such an inbox together
+// with a session.TxAppender, as turn.Runner uses them.
 package inboxtest
 
 import (
@@ -33,6 +39,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-go/turnstile/inbox"
+	"github.com/turnstile-go/turnstile/internal/suite"
 )
 
 // Run runs the conformance suite against the inboxes newInbox returns; see the package doc.
@@ -44,6 +51,7 @@ func Run(t *testing.T, newInbox func(t *testing.T) inbox.Inbox) {
 			c.run(t, newInbox(t))
 		})
 	}
+	suite.RunOptional(t, "CompleteTx", newInbox, txCases)
 }
 
 var cases = []struct {

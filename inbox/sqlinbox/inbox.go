@@ -24,6 +24,15 @@
 // (deliveries = 1) in the same statement. A partial index on updated_at over done and dead
 // entries serves Purge.
 //
+// New sizes db's connection pool for Options.Concurrency (default 64), as session/sqlsession's
+// New does; give both stores on one *sql.DB the same figure.
+//
+// # One transaction with the session store
+//
+// Inbox implements inbox.TxCompleter: CompleteTx completes a request inside a transaction
+// on the same *sql.DB. turn.Runner uses it with a session/sqlsession Store on that *sql.DB to
+// commit a turn and its completion together (see that package's doc).
+//
 // # Errors
 //
 // Contract errors are the inbox package's sentinels. Infrastructure failures (a lost or
@@ -69,6 +78,32 @@ type Options struct {
 	// millions of entries holds no long lock and no huge transaction. Default
 	// DefaultPurgeBatch; must not be negative.
 	PurgeBatch int
+	// Concurrency is how many calls may run at once through the *sql.DB, a number of
+	// connections: the turns in flight at once in this process (the consumer's
+	// Config.MaxInFlight). New sizes db's pool for it with db.SetMaxIdleConns(Concurrency),
+	// replacing an idle limit you set (stores sharing a *sql.DB never lower each other's: the
+	// largest wins), and fails with ErrPoolTooSmall when db's MaxOpenConns is set below a
+	// Concurrency you give. Zero means DefaultConcurrency (64), lowered to MaxOpenConns when
+	// that is set below it; a negative value leaves the pool as you configured it (check it
+	// with CheckPool). The session/sqlsession Options.Concurrency doc says why it matters.
+	Concurrency int
+}
+
+// DefaultConcurrency is the Options.Concurrency used when it is zero: 64, the consumer's
+// default MaxInFlight.
+const DefaultConcurrency = sqldialect.DefaultConcurrency
+
+// ErrPoolTooSmall is the error (matched with errors.Is) of New when Options.Concurrency is
+// above the *sql.DB's MaxOpenConns, and of CheckPool. It is session/sqlsession's
+// ErrPoolTooSmall.
+var ErrPoolTooSmall = sqldialect.ErrPoolTooSmall
+
+// CheckPool reports whether db's pool can serve concurrency calls at once (a number of
+// connections), each on a connection kept open between calls: it is session/sqlsession's
+// CheckPool, which says how. Errors: ErrPoolTooSmall (wrapped), ctx's error, the driver's
+// failure to connect.
+func CheckPool(ctx context.Context, db *sql.DB, concurrency int) error {
+	return sqldialect.CheckPool(ctx, db, concurrency)
 }
 
 func (o *Options) setDefaults() {
@@ -93,14 +128,16 @@ type Inbox struct {
 	batch int
 }
 
-var _ inbox.Inbox = (*Inbox)(nil)
+var _ inbox.TxCompleter = (*Inbox)(nil)
 
 // component names the inbox's schema in the version table.
 const component = "inbox"
 
-// New returns an Inbox on db. It does not touch the database; call Migrate for the schema.
-// Errors: a nil db, an unknown dialect, an invalid Options.TablePrefix or a negative
-// Options.PurgeBatch.
+// New returns an Inbox on db and sizes db's connection pool for Options.Concurrency. It does
+// not touch the database; call Migrate for the schema.
+// Errors: a nil db, an unknown dialect, an invalid Options.TablePrefix, a negative
+// Options.PurgeBatch, or ErrPoolTooSmall (wrapped) when Options.Concurrency is above db's
+// MaxOpenConns.
 func New(db *sql.DB, dialect Dialect, opts Options) (*Inbox, error) {
 	if db == nil {
 		return nil, errors.New("sqlinbox: nil *sql.DB")
@@ -111,6 +148,9 @@ func New(db *sql.DB, dialect Dialect, opts Options) (*Inbox, error) {
 	}
 	d, err := sqldialect.For(dialect, opts.TablePrefix)
 	if err != nil {
+		return nil, fmt.Errorf("sqlinbox: %w", err)
+	}
+	if err := sqldialect.SizePool(db, opts.Concurrency); err != nil {
 		return nil, fmt.Errorf("sqlinbox: %w", err)
 	}
 	return &Inbox{db: db, d: d, q: buildQueries(d), batch: opts.PurgeBatch}, nil
@@ -128,3 +168,13 @@ func (b *Inbox) Migrate(ctx context.Context) error {
 
 // TablePrefix returns the table prefix in use.
 func (b *Inbox) TablePrefix() string { return b.d.Prefix() }
+
+// CheckConcurrency reports whether the Inbox's pool is sized for n calls at once, as
+// session/sqlsession's Store.CheckConcurrency does (turn.Runner.CheckConcurrency asks it).
+// Errors: ErrPoolTooSmall (wrapped). It does not touch the database.
+func (b *Inbox) CheckConcurrency(n int) error {
+	if err := sqldialect.CheckSized(b.db, n); err != nil {
+		return fmt.Errorf("sqlinbox: %w", err)
+	}
+	return nil
+}

@@ -40,14 +40,41 @@ func (b *Inbox) Begin(ctx context.Context, d inbox.Delivery) (inbox.Entry, error
 // Complete implements inbox.Inbox: only an entry in progress becomes done, so the first
 // result stays.
 func (b *Inbox) Complete(ctx context.Context, requestID string, result []byte) error {
+	return b.complete(ctx, nil, requestID, result)
+}
+
+// CompleteTx implements inbox.TxCompleter: Complete's statements, run on tx.
+func (b *Inbox) CompleteTx(ctx context.Context, tx inbox.SQLTx, requestID string, result []byte) error {
+	if tx == nil {
+		return fmt.Errorf("%w: nil transaction", inbox.ErrInvalid)
+	}
+	return b.complete(ctx, tx, requestID, result)
+}
+
+// TxDB implements inbox.TxCompleter: the *sql.DB given to New.
+func (b *Inbox) TxDB() *sql.DB { return b.db }
+
+// complete is Complete, on tx when it is not nil.
+func (b *Inbox) complete(ctx context.Context, tx inbox.SQLTx, requestID string, result []byte) error {
 	if requestID == "" {
 		return fmt.Errorf("%w: empty request id", inbox.ErrInvalid)
 	}
-	res, err := b.exec(ctx, b.q.complete, requestID, sqldialect.Bytes(result), b.d.Time(time.Now()))
+	args := []any{requestID, sqldialect.Bytes(result), b.d.Time(time.Now())}
+	var (
+		res sql.Result
+		err error
+		q   inbox.SQLTx = tx
+	)
+	if tx == nil {
+		q = b.db
+		res, err = b.exec(ctx, b.q.complete, args...)
+	} else {
+		res, err = tx.ExecContext(ctx, b.q.complete, args...)
+	}
 	if err := b.changed(ctx, "complete", requestID, res, err); !errors.Is(err, errUnchanged) {
 		return err
 	}
-	status, reason, err := b.status(ctx, requestID)
+	status, reason, err := b.status(ctx, q, requestID)
 	switch {
 	case err != nil:
 		return b.fail(ctx, "complete", requestID, err)
@@ -150,7 +177,7 @@ func (b *Inbox) changedOrExists(ctx context.Context, op, requestID string, res s
 	if err := b.changed(ctx, op, requestID, res, err); !errors.Is(err, errUnchanged) {
 		return err
 	}
-	status, _, err := b.status(ctx, requestID)
+	status, _, err := b.status(ctx, b.db, requestID)
 	switch {
 	case err != nil:
 		return b.fail(ctx, op, requestID, err)
@@ -160,9 +187,10 @@ func (b *Inbox) changedOrExists(ctx context.Context, op, requestID string, res s
 	return nil
 }
 
-// status returns the stored status and reason of an entry, "" when there is none.
-func (b *Inbox) status(ctx context.Context, requestID string) (status, reason string, err error) {
-	err = b.db.QueryRowContext(ctx, b.q.status, requestID).Scan(&status, &reason)
+// status returns the stored status and reason of an entry, "" when there is none, read
+// through q (the *sql.DB or a transaction).
+func (b *Inbox) status(ctx context.Context, q inbox.SQLTx, requestID string) (status, reason string, err error) {
+	err = q.QueryRowContext(ctx, b.q.status, requestID).Scan(&status, &reason)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", "", nil
 	}

@@ -45,6 +45,15 @@ func SQLiteFile(t testing.TB) *sql.DB {
 	return open(t, "sqlite", "file:"+path+"?"+SQLitePragmas+"&_pragma=journal_mode(WAL)")
 }
 
+// SQLiteFileSyncNormal is SQLiteFile with synchronous=NORMAL, SQLite's advice for WAL: a
+// commit writes the WAL without waiting for the disk (fsync), so it survives a crash of the
+// process but the last commits may be lost to a power cut.
+func SQLiteFileSyncNormal(t testing.TB) *sql.DB {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "turnstile.db")
+	return open(t, "sqlite", "file:"+path+"?"+SQLitePragmas+"&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)")
+}
+
 // SQLiteMemory opens a new named in-memory SQLite database with a shared cache, so that all
 // the pool's connections see it. It lives while one connection is open: the pool never closes
 // its idle connections (no idle time or lifetime is set), and the test closes it at the end.
@@ -82,7 +91,7 @@ func PostgresDSN() string {
 }
 
 // Postgres returns the test binary's pool to PostgreSQL (at most 25 connections, shared by
-// every test; never closed). When the database cannot be reached the test is skipped with the
+// every test, closed after 10 s idle; the pool itself is never closed). When the database cannot be reached the test is skipped with the
 // reason, or fails when CI=true.
 func Postgres(t testing.TB) *sql.DB {
 	t.Helper()
@@ -93,6 +102,9 @@ func Postgres(t testing.TB) *sql.DB {
 			return
 		}
 		pg.db.SetMaxOpenConns(25)
+		// The stores keep up to 25 connections idle (Options.Concurrency); let them go once a
+		// test binary's burst is over, as other test binaries share the server's 100 clients.
+		pg.db.SetConnMaxIdleTime(10 * time.Second)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		pg.err = pg.db.PingContext(ctx)
@@ -105,6 +117,16 @@ func Postgres(t testing.TB) *sql.DB {
 		t.Skip(msg)
 	}
 	return pg.db
+}
+
+// PostgresPool opens a pool of its own to PostgreSQL at PostgresDSN(), with database/sql's
+// default settings (no limit on open connections, 2 idle), closed at the end of the test: for
+// tests and benchmarks that set or measure the pool. When the database cannot be reached the
+// test is skipped with the reason, or fails when CI=true, as with Postgres.
+func PostgresPool(t testing.TB) *sql.DB {
+	t.Helper()
+	Postgres(t)
+	return open(t, "pgx", PostgresDSN())
 }
 
 // Prefix returns a table prefix no other test uses, and drops the tables that start with it
@@ -161,6 +183,9 @@ var (
 	SQLiteFileDB   = DB{Name: "sqlite-file", Open: SQLiteFile}
 	SQLiteMemoryDB = DB{Name: "sqlite-memory", Open: SQLiteMemory}
 	PostgresDB     = DB{Name: "postgres", Postgres: true, Open: Postgres}
+	// SQLiteFileSyncNormalDB is left out of DBs: it runs the same code as SQLiteFileDB; the
+	// benchmarks compare the two.
+	SQLiteFileSyncNormalDB = DB{Name: "sqlite-file-sync-normal", Open: SQLiteFileSyncNormal}
 	// DBs lists them all.
 	DBs = []DB{SQLiteFileDB, SQLiteMemoryDB, PostgresDB}
 )

@@ -21,6 +21,13 @@
 //   - Under contention (20 goroutines on one conversation) no call fails with anything but
 //     the contract's errors: a store must wait for its locks rather than fail fast.
 //   - A call whose context is already cancelled returns an error and changes nothing.
+//
+// When the store implements session.TxAppender, Run also checks AppendTx (the subtests under
+// "AppendTx"; skipped, with the reason, for other stores): the turn and the joined write
+// commit together or not at all, and nothing is joined when nothing is written. The joined
+// writes go to a table of each subtest's own, which the suite creates and drops through
+// TxDB(), so the database user needs CREATE TABLE. RunJoint checks such a store together with
+// an inbox.TxCompleter, as turn.Runner uses them.
 package sessiontest
 
 import (
@@ -34,6 +41,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/turnstile-go/turnstile/internal/suite"
 	"github.com/turnstile-go/turnstile/session"
 )
 
@@ -47,6 +55,7 @@ func Run(t *testing.T, newStore func(t *testing.T) session.Store) {
 			c.run(t, newStore(t))
 		})
 	}
+	suite.RunOptional(t, "AppendTx", newStore, txCases)
 }
 
 type testCase struct {

@@ -118,9 +118,27 @@ func (s *Store) Create(ctx context.Context, key session.Key, state json.RawMessa
 }
 
 // Append implements session.Store, in one write transaction: bump the version where it is
-// the expected one (the conditional UPDATE is the optimistic lock), look for the request's
-// stored turn (a duplicate rolls back), insert the events numbered after the old count.
+// the expected one (the conditional UPDATE is the optimistic lock) and, in the same
+// statement, learn whether the request's turn is stored (a duplicate reads it and rolls
+// back), then insert the events numbered after the old count.
 func (s *Store) Append(ctx context.Context, key session.Key, expectedVersion int64, t session.Turn) (session.Appended, error) {
+	return s.append(ctx, key, expectedVersion, t, nil)
+}
+
+// AppendTx implements session.TxAppender: Append's transaction, with join run after the
+// events are inserted and before the commit.
+func (s *Store) AppendTx(ctx context.Context, key session.Key, expectedVersion int64, t session.Turn, join session.JoinFunc) (session.Appended, error) {
+	if join == nil {
+		return session.Appended{}, fmt.Errorf("%w: nil join", session.ErrInvalid)
+	}
+	return s.append(ctx, key, expectedVersion, t, join)
+}
+
+// TxDB implements session.TxAppender: the *sql.DB given to New.
+func (s *Store) TxDB() *sql.DB { return s.db }
+
+// append is Append, and AppendTx when join is not nil.
+func (s *Store) append(ctx context.Context, key session.Key, expectedVersion int64, t session.Turn, join session.JoinFunc) (session.Appended, error) {
 	if err := key.Validate(); err != nil {
 		return session.Appended{}, err
 	}
@@ -135,9 +153,12 @@ func (s *Store) Append(ctx context.Context, key session.Key, expectedVersion int
 	defer tx.Rollback()
 
 	n := int64(len(t.Events))
-	var id, version, count int64
+	var (
+		id, version, count int64
+		stored             bool
+	)
 	err = tx.QueryRowContext(ctx, s.q.bump, key.App, key.Conversation, key.User, expectedVersion,
-		n, t.State != nil, sqldialect.Bytes(t.State), s.d.Time(now)).Scan(&id, &version, &count)
+		n, t.State != nil, sqldialect.Bytes(t.State), s.d.Time(now), t.RequestID).Scan(&id, &version, &count, &stored)
 	if errors.Is(err, sql.ErrNoRows) {
 		return session.Appended{}, s.whyNot(ctx, tx, key, expectedVersion)
 	}
@@ -146,12 +167,12 @@ func (s *Store) Append(ctx context.Context, key session.Key, expectedVersion int
 	}
 	s.hook(ctx, "bumped", tx)
 
-	prior, err := s.readTurn(ctx, tx, id, t.RequestID)
-	if err != nil {
-		return session.Appended{}, s.fail(ctx, "append", key, err)
-	}
-	if len(prior) > 0 {
-		if err := tx.Rollback(); err != nil {
+	if stored { // a duplicate, the rare case: read the stored turn, then undo the bump
+		prior, err := s.readTurn(ctx, tx, id, t.RequestID)
+		if err == nil {
+			err = tx.Rollback()
+		}
+		if err != nil {
 			return session.Appended{}, s.fail(ctx, "append", key, err)
 		}
 		return session.Appended{Version: expectedVersion, Events: prior, Duplicate: true}, nil
@@ -166,6 +187,11 @@ func (s *Store) Append(ctx context.Context, key session.Key, expectedVersion int
 	for i := 0; i < len(events); i += insertBatch {
 		if err := s.insertEvents(ctx, tx, id, events[i:min(i+insertBatch, len(events))], i); err != nil {
 			return session.Appended{}, s.fail(ctx, "append", key, err)
+		}
+	}
+	if join != nil {
+		if err := join(ctx, tx, events); err != nil {
+			return session.Appended{}, fmt.Errorf("sqlsession: append %s: joined write: %w", key, err)
 		}
 	}
 	s.hook(ctx, "inserted", tx)

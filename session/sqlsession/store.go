@@ -9,6 +9,13 @@
 //	store, err := sqlsession.New(db, sqlsession.PostgreSQL, sqlsession.Options{})
 //	err = store.Migrate(ctx)                                // once at start-up; safe to race
 //
+// New sizes db's connection pool for the calls you will make at once (Options.Concurrency,
+// default 64): database/sql keeps only 2 idle connections unless told otherwise, and
+// concurrent turns would reconnect on nearly every call. It replaces an idle limit you set on
+// db yourself; give a negative Concurrency to keep your own pool settings, and CheckPool to
+// check them. Give the same Concurrency to the inbox/sqlinbox Inbox on the same *sql.DB, and
+// let the consumer check it against its MaxInFlight with turn.Runner.CheckConcurrency.
+//
 // SQLite wants a busy timeout, so that writers queue for the database's single write lock
 // instead of failing with SQLITE_BUSY, and WAL, so that readers do not wait for writers.
 // modernc.org/sqlite takes both in the DSN as _pragma parameters:
@@ -38,6 +45,14 @@
 //
 // State and event data are stored as bytes (bytea, BLOB), exactly as given; times as
 // timestamptz on PostgreSQL and Unix microseconds on SQLite, so they keep microseconds.
+//
+// # One transaction with the inbox
+//
+// Store implements session.TxAppender: AppendTx runs a write of another store inside
+// Append's transaction. An inbox/sqlinbox Inbox built on the same *sql.DB implements
+// inbox.TxCompleter, and turn.Runner, given both, stores a turn and completes its request in
+// one commit: two commits per turn (the inbox's Begin, then the append with the completion)
+// instead of three, and no crash between the append and the completion.
 //
 // # Errors
 //
@@ -79,6 +94,42 @@ type Options struct {
 	// underscores, not starting with a digit, at most 32 bytes. Default DefaultTablePrefix.
 	// A Store and an inbox/sqlinbox Inbox with the same prefix share the version table.
 	TablePrefix string
+	// Concurrency is how many calls may run at once through the *sql.DB, a number of
+	// connections: the turns in flight at once in this process (the consumer's
+	// Config.MaxInFlight). A turn makes one store call at a time, so a Store and an Inbox
+	// sharing one *sql.DB need Concurrency connections between them, not twice that.
+	//
+	// New sizes the pool for it with db.SetMaxIdleConns(Concurrency), so that connections stay
+	// open between calls: database/sql keeps 2 idle connections by default and closes every
+	// other one on release, so concurrent turns reconnect constantly (on PostgreSQL with 12
+	// concurrent turns that cost nearly two thirds of the throughput; see BENCHMARKS.md,
+	// "Stores"). This
+	// replaces an idle limit you set on db yourself (database/sql cannot report it), except
+	// that stores sharing a *sql.DB never lower each other's: the largest wins. MaxOpenConns
+	// stays yours: New fails with ErrPoolTooSmall when it is set below a Concurrency you give.
+	//
+	// Zero means DefaultConcurrency (64), lowered to db's MaxOpenConns when that is set below
+	// it; a negative value leaves the pool as you configured it (check it with CheckPool).
+	Concurrency int
+}
+
+// DefaultConcurrency is the Options.Concurrency used when it is zero: 64, the consumer's
+// default MaxInFlight.
+const DefaultConcurrency = sqldialect.DefaultConcurrency
+
+// ErrPoolTooSmall is the error (matched with errors.Is) of New when Options.Concurrency is
+// above the *sql.DB's MaxOpenConns, and of CheckPool.
+var ErrPoolTooSmall = sqldialect.ErrPoolTooSmall
+
+// CheckPool reports whether db's pool can serve concurrency calls at once (a number of
+// connections), each on a connection kept open between calls; use it on a pool you size
+// yourself (Options.Concurrency < 0). It takes concurrency connections at once, opening those
+// the pool lacks, and hands them back; they stay in the pool. Run it at start-up, before the
+// pool is busy. Errors: ErrPoolTooSmall (wrapped) when db's MaxOpenConns is below concurrency
+// or db closed connections on release instead of keeping them idle (its SetMaxIdleConns limit
+// is below concurrency); ctx's error; the driver's failure to connect.
+func CheckPool(ctx context.Context, db *sql.DB, concurrency int) error {
+	return sqldialect.CheckPool(ctx, db, concurrency)
 }
 
 // Store is a session.Store on PostgreSQL or SQLite. It is safe for concurrent use by many
@@ -93,19 +144,24 @@ type Store struct {
 	appendHook func(ctx context.Context, stage string, tx sqldialect.Querier)
 }
 
-var _ session.Store = (*Store)(nil)
+var _ session.TxAppender = (*Store)(nil)
 
 // component names the session store's schema in the version table.
 const component = "sessions"
 
-// New returns a Store on db. It does not touch the database; call Migrate for the schema.
-// Errors: a nil db, an unknown dialect, or an invalid Options.TablePrefix.
+// New returns a Store on db and sizes db's connection pool for Options.Concurrency. It does
+// not touch the database; call Migrate for the schema.
+// Errors: a nil db, an unknown dialect, an invalid Options.TablePrefix, or ErrPoolTooSmall
+// (wrapped) when Options.Concurrency is above db's MaxOpenConns.
 func New(db *sql.DB, dialect Dialect, opts Options) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("sqlsession: nil *sql.DB")
 	}
 	d, err := sqldialect.For(dialect, opts.TablePrefix)
 	if err != nil {
+		return nil, fmt.Errorf("sqlsession: %w", err)
+	}
+	if err := sqldialect.SizePool(db, opts.Concurrency); err != nil {
 		return nil, fmt.Errorf("sqlsession: %w", err)
 	}
 	return &Store{db: db, d: d, q: buildQueries(d)}, nil
@@ -123,3 +179,15 @@ func (s *Store) Migrate(ctx context.Context) error {
 
 // TablePrefix returns the table prefix in use.
 func (s *Store) TablePrefix() string { return s.d.Prefix() }
+
+// CheckConcurrency reports whether the Store's pool is sized for n calls at once, a number of
+// connections (turn.Runner.CheckConcurrency asks it). Errors: ErrPoolTooSmall (wrapped) when
+// db's MaxOpenConns is below n, or the idle limit a store's Options.Concurrency set on db is.
+// For a pool you sized yourself (Options.Concurrency < 0) only MaxOpenConns can be checked
+// here; CheckPool probes the rest. It does not touch the database.
+func (s *Store) CheckConcurrency(n int) error {
+	if err := sqldialect.CheckSized(s.db, n); err != nil {
+		return fmt.Errorf("sqlsession: %w", err)
+	}
+	return nil
+}

@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/turnstile-go/turnstile/inbox"
+	"github.com/turnstile-go/turnstile/inbox/sqlinbox"
 	"github.com/turnstile-go/turnstile/internal/sqltest"
 	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/session/sessiontest"
@@ -24,10 +26,17 @@ func dialectOf(db sqltest.DB) sqlsession.Dialect {
 func newStore(t testing.TB, db sqltest.DB) (*sqlsession.Store, *sql.DB) {
 	t.Helper()
 	sqlDB := db.Open(t)
-	s, err := sqlsession.New(sqlDB, dialectOf(db), sqlsession.Options{TablePrefix: sqltest.Prefix(t, sqlDB, db.Postgres)})
+	return newStoreOn(t, db, sqlDB, sqltest.Prefix(t, sqlDB, db.Postgres), 0), sqlDB
+}
+
+// newStoreOn builds a migrated store on sqlDB, a database of db, with the table prefix and
+// Options.Concurrency given.
+func newStoreOn(t testing.TB, db sqltest.DB, sqlDB *sql.DB, prefix string, concurrency int) *sqlsession.Store {
+	t.Helper()
+	s, err := sqlsession.New(sqlDB, dialectOf(db), sqlsession.Options{TablePrefix: prefix, Concurrency: concurrency})
 	require.NoError(t, err)
 	require.NoError(t, s.Migrate(context.Background()))
-	return s, sqlDB
+	return s
 }
 
 func TestConformance(t *testing.T) {
@@ -38,6 +47,36 @@ func TestConformance(t *testing.T) {
 			sessiontest.Run(t, func(t *testing.T) session.Store {
 				s, _ := newStore(t, db)
 				return s
+			})
+		})
+	}
+}
+
+// newPair opens a migrated store and inbox on one *sql.DB of db, with tables of their own.
+func newPair(t testing.TB, db sqltest.DB) (*sqlsession.Store, *sqlinbox.Inbox) {
+	t.Helper()
+	return newPairOn(t, db, db.Open(t), 0)
+}
+
+// newPairOn builds a migrated store and inbox with tables of their own on sqlDB, a database
+// of db, both with the given Options.Concurrency.
+func newPairOn(t testing.TB, db sqltest.DB, sqlDB *sql.DB, concurrency int) (*sqlsession.Store, *sqlinbox.Inbox) {
+	t.Helper()
+	prefix := sqltest.Prefix(t, sqlDB, db.Postgres)
+	s := newStoreOn(t, db, sqlDB, prefix, concurrency)
+	b, err := sqlinbox.New(sqlDB, sqlinbox.Dialect(dialectOf(db)), sqlinbox.Options{TablePrefix: prefix, Concurrency: concurrency})
+	require.NoError(t, err)
+	require.NoError(t, b.Migrate(context.Background()))
+	return s, b
+}
+
+func TestJointConformance(t *testing.T) {
+	t.Parallel()
+	for _, db := range sqltest.DBs {
+		t.Run(db.Name, func(t *testing.T) {
+			t.Parallel()
+			sessiontest.RunJoint(t, func(t *testing.T) (session.TxAppender, inbox.TxCompleter) {
+				return newPair(t, db)
 			})
 		})
 	}
