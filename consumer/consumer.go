@@ -93,6 +93,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return errors.New("consumer: Run called twice")
 	}
+	if cc, ok := c.h.(concurrencyChecker); ok {
+		if err := cc.CheckConcurrency(c.cfg.MaxInFlight); err != nil {
+			c.log.Warn("the handler's stores may not keep up with MaxInFlight; turns will wait for connections",
+				"max_in_flight", c.cfg.MaxInFlight, "err", err)
+		}
+	}
 	client, err := connect(ctx, func() (sarama.Client, error) { return sarama.NewClient(c.cfg.Brokers, c.cfg.groupConfig()) })
 	if err != nil {
 		return fmt.Errorf("consumer: connect to %v: %w", c.cfg.Brokers, err)

@@ -34,13 +34,23 @@ func (f HandlerFunc) Handle(ctx context.Context, req turn.Request) (*turn.Result
 }
 
 // RunnerHandler returns the direct-mode Handler: each request runs as one idempotent turn of r
-// and its Result is published. Set r.MaxAttempts to Config.MaxAttempts.
-func RunnerHandler(r *turn.Runner) Handler {
-	return HandlerFunc(func(ctx context.Context, req turn.Request) (*turn.Result, error) {
-		res, err := r.Run(ctx, req)
-		if err != nil {
-			return nil, err
-		}
-		return &res, nil
-	})
+// and its Result is published. Set r.MaxAttempts to Config.MaxAttempts. When Run starts, it
+// asks r whether its stores can serve Config.MaxInFlight turns at once
+// (turn.Runner.CheckConcurrency) and logs a warning when they cannot.
+func RunnerHandler(r *turn.Runner) Handler { return runnerHandler{r} }
+
+type runnerHandler struct{ r *turn.Runner }
+
+func (h runnerHandler) Handle(ctx context.Context, req turn.Request) (*turn.Result, error) {
+	res, err := h.r.Run(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return &res, nil
 }
+
+// CheckConcurrency implements concurrencyChecker.
+func (h runnerHandler) CheckConcurrency(n int) error { return h.r.CheckConcurrency(n) }
+
+// concurrencyChecker is a Handler that can tell whether it serves n turns at once.
+type concurrencyChecker interface{ CheckConcurrency(n int) error }

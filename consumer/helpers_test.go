@@ -105,6 +105,7 @@ type memberOpts struct {
 	tune    func(cfg *consumer.Config)
 	runner  func(r *turn.Runner)
 	handler consumer.Handler // instead of a Runner over the env's stores
+	wrap    func(consumer.Handler) consumer.Handler
 }
 
 // start runs a member of the group over the env's stores until the test ends or stop.
@@ -143,6 +144,9 @@ func (e *env) start(o memberOpts) *member {
 	h := consumer.RunnerHandler(r)
 	if o.handler != nil {
 		h = o.handler
+	}
+	if o.wrap != nil {
+		h = o.wrap(h)
 	}
 	c, err := consumer.New(cfg, h)
 	require.NoError(t, err)
@@ -311,6 +315,25 @@ func (e *env) resultsByID(n int) map[string][]*sarama.ConsumerMessage {
 		out[id] = append(out[id], m)
 	}
 	return out
+}
+
+// distinctResults reads the results topic until it holds results of n distinct request ids
+// (repeats of a replayed result make the record count higher), grouped by request id.
+func (e *env) distinctResults(n int) map[string][]*sarama.ConsumerMessage {
+	e.t.Helper()
+	want := n
+	for {
+		msgs := e.cluster.ReadAll(e.t, e.results, want, wait) // fails the test after wait
+		out := map[string][]*sarama.ConsumerMessage{}
+		for _, m := range msgs {
+			id := kafkatest.HeaderMap(m)[consumer.HeaderRequestID]
+			out[id] = append(out[id], m)
+		}
+		if len(out) >= n {
+			return out
+		}
+		want = len(msgs) + 1
+	}
 }
 
 // recv waits for ch to yield or close; it fails the test after wait.
