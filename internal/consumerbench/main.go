@@ -1,0 +1,175 @@
+// Command consumerbench measures turnstile's consumer side by side with a baseline in one
+// run, on one kfake broker, and prints ratios (BENCHMARKS.md records them with the command).
+//
+//	go run ./internal/consumerbench -scenario overhead   # instant model, memory stores, vs a raw async sarama loop
+//	go run ./internal/consumerbench -scenario slow       # 50 ms model: by key vs by partition vs MaxInFlight / latency
+//	go run ./internal/consumerbench -scenario pc         # Confluent Parallel Consumer's comparison: 1 partition, 100 keys
+//	go run ./internal/consumerbench -scenario latency    # added latency at half the by-partition maximum rate
+//	go run ./internal/consumerbench -scenario stores     # PostgreSQL and SQLite stores vs memory stores, 50 ms model
+//	go run ./internal/consumerbench -scenario memory     # peak RSS with a 1,000,000-record backlog (broker in a child process)
+//
+// The baseline is the best plain sarama program a user would write instead of turnstile: an
+// async idempotent producer, each record's offset marked once its result is acknowledged, and
+// commits every 100 ms. No figure here is asserted by a test; the machine is shared.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"strconv"
+
+	"github.com/turnstile-go/turnstile/consumer"
+	"runtime/pprof"
+	"strings"
+	"time"
+)
+
+type options struct {
+	scenario      string
+	records       int
+	partitions    int
+	keys          int
+	runs          int
+	postgres      string
+	duration      time.Duration
+	brokerMode    bool
+	backlogTopic  string
+	memPartitions string
+}
+
+// quiet logs errors only: a benchmark's output is its table.
+var quiet = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: consumerbenchLevel()}))
+
+func main() {
+	var o options
+	flag.StringVar(&o.scenario, "scenario", "overhead", "overhead, slow, pc, latency, stores or memory")
+	flag.IntVar(&o.records, "records", 0, "records per run (0: the scenario's default)")
+	flag.IntVar(&o.partitions, "partitions", 12, "partitions of the requests topic")
+	flag.IntVar(&o.keys, "keys", 1000, "conversations (record keys)")
+	flag.IntVar(&o.runs, "runs", 3, "runs of each side, alternating")
+	flag.StringVar(&o.postgres, "postgres", envOr("TURNSTILE_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL DSN for -scenario stores")
+	flag.DurationVar(&o.duration, "duration", time.Minute, "how long -scenario memory consumes")
+	flag.StringVar(&o.memPartitions, "memory-partitions", "12,48", "partition counts for -scenario memory")
+	flag.BoolVar(&o.brokerMode, "broker", false, "internal: run as the broker process of -scenario memory")
+	flag.StringVar(&o.backlogTopic, "backlog-topic", "", "internal: topic the broker process fills")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	blockprofile := flag.String("blockprofile", "", "write a blocking profile of the run to this file")
+	tune := flag.String("tune", "", "Config overrides for every turnstile member, e.g. MaxBuffered=1024,MaxInFlight=128")
+	flag.Parse()
+	if *tune != "" {
+		f, err := parseTune(*tune)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "consumerbench:", err)
+			os.Exit(2)
+		}
+		extraTune = f
+	}
+	if *blockprofile != "" {
+		runtime.SetBlockProfileRate(10_000) // one event per 10 µs blocked
+		defer func() {
+			if f, err := os.Create(*blockprofile); err == nil {
+				_ = pprof.Lookup("block").WriteTo(f, 0)
+				f.Close()
+			}
+		}()
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "consumerbench:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
+
+	ctx := context.Background()
+	var err error
+	switch {
+	case o.brokerMode:
+		err = runBroker(ctx, o)
+	case o.scenario == "overhead":
+		err = overhead(ctx, o)
+	case o.scenario == "slow":
+		err = slow(ctx, o)
+	case o.scenario == "pc":
+		err = parallelConsumer(ctx, o)
+	case o.scenario == "latency":
+		err = latency(ctx, o)
+	case o.scenario == "stores":
+		err = stores(ctx, o)
+	case o.scenario == "memory":
+		err = memory(ctx, o)
+	case o.scenario == "memory-one":
+		err = memoryOne(ctx, o)
+	default:
+		err = fmt.Errorf("unknown -scenario %q", o.scenario)
+	}
+	if err != nil {
+		pprof.StopCPUProfile()
+		fmt.Fprintln(os.Stderr, "consumerbench:", err)
+		os.Exit(1)
+	}
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func orDefault(v, def int) int {
+	if v > 0 {
+		return v
+	}
+	return def
+}
+
+// row prints one line of a result table.
+func row(cols ...any) {
+	parts := make([]string, len(cols))
+	for i, c := range cols {
+		parts[i] = fmt.Sprint(c)
+	}
+	fmt.Println(strings.Join(parts, "\t"))
+}
+
+// parseTune turns "Field=int,..." into a Config adjustment, for the integer fields that size
+// the consumer.
+func parseTune(spec string) (func(*consumer.Config), error) {
+	type set func(*consumer.Config, int)
+	fields := map[string]set{
+		"MaxBuffered":             func(c *consumer.Config, v int) { c.MaxBuffered = v },
+		"MaxInFlight":             func(c *consumer.Config, v int) { c.MaxInFlight = v },
+		"MaxInFlightPerPartition": func(c *consumer.Config, v int) { c.MaxInFlightPerPartition = v },
+	}
+	var sets []func(*consumer.Config)
+	for _, kv := range strings.Split(spec, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		f := fields[k]
+		n, err := strconv.Atoi(v)
+		if !ok || f == nil || err != nil {
+			return nil, fmt.Errorf("-tune %q: want Field=int with Field one of MaxBuffered, MaxInFlight, MaxInFlightPerPartition", kv)
+		}
+		sets = append(sets, func(c *consumer.Config) { f(c, n) })
+	}
+	return func(c *consumer.Config) {
+		for _, s := range sets {
+			s(c)
+		}
+	}, nil
+}
+
+func consumerbenchLevel() slog.Level {
+	if os.Getenv("CONSUMERBENCH_DEBUG") != "" {
+		return slog.LevelInfo
+	}
+	return slog.LevelError
+}
