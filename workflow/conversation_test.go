@@ -1,0 +1,155 @@
+package workflow
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/testsuite"
+	twf "go.temporal.io/sdk/workflow"
+)
+
+// envTarget reconciles against a testsuite environment's workflow.
+type envTarget struct{ env *testsuite.TestWorkflowEnvironment }
+
+func (e envTarget) lastApplied(context.Context, string) (int64, error) {
+	v, err := e.env.QueryWorkflow(QueryLastAppliedSequence)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	return n, v.Get(&n)
+}
+
+func (e envTarget) resend(_ context.Context, _ string, envs []Envelope) error {
+	e.env.SignalWorkflow(SignalName, Batch{Envelopes: envs})
+	return nil
+}
+
+func queryStatus(t *testing.T, env *testsuite.TestWorkflowEnvironment) Status {
+	t.Helper()
+	v, err := env.QueryWorkflow(QueryStatus)
+	require.NoError(t, err)
+	var st Status
+	require.NoError(t, v.Get(&st))
+	return st
+}
+
+// The acceptance line: sequences 3, 1, 2 apply as 1, 2, 3; a duplicate of 2 applies once; a
+// missing 4 holds 5 until Reconcile supplies 4 from the ledger, then 4, 5 apply in order.
+func TestSequenceGateDuplicateAndReconcile(t *testing.T) {
+	t.Parallel()
+	u := newUnit(t)
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	require.NoError(t, Register(env, u.opts))
+
+	const conv = "c-gate"
+	r := map[int64]any{}
+	reqs := make([]Envelope, 6)
+	for seq := int64(1); seq <= 5; seq++ {
+		req := request(conv, seq, "message "+string(rune('0'+seq)))
+		reqs[seq] = Envelope{Request: req}
+		r[seq] = req
+	}
+	ledger := &MemoryLedger{}
+	for seq := int64(1); seq <= 5; seq++ {
+		require.NoError(t, ledger.Record(context.Background(), reqs[seq]))
+	}
+	dup2 := reqs[2] // the same request redelivered
+
+	var held, after Status
+	var resent int
+	env.RegisterDelayedCallback(func() {
+		for _, seq := range []int64{3, 1, 2} {
+			env.SignalWorkflow(SignalName, Batch{Envelopes: []Envelope{reqs[seq]}})
+		}
+		env.SignalWorkflow(SignalName, Batch{Envelopes: []Envelope{dup2}})
+		env.SignalWorkflow(SignalName, Batch{Envelopes: []Envelope{reqs[5]}}) // 4 is lost
+	}, time.Second)
+	env.RegisterDelayedCallback(func() {
+		held = queryStatus(t, env)
+		n, err := reconcile(context.Background(), ledger, envTarget{env}, conv)
+		require.NoError(t, err)
+		resent = n
+	}, time.Minute)
+	env.RegisterDelayedCallback(func() { after = queryStatus(t, env) }, 2*time.Minute)
+
+	env.ExecuteWorkflow(WorkflowName, State{ConversationID: conv, Config: Config{IdleTimeout: time.Hour}})
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError(), "the run ends after its idle timeout")
+
+	require.Equal(t, int64(3), held.LastAppliedSequence, "1, 2, 3 applied; 5 held at the gap")
+	require.Equal(t, 1, held.Pending)
+	require.Equal(t, []int64{5}, held.PendingSequences)
+	require.Equal(t, 2, resent, "Reconcile re-sends 4 and 5 (the held 5 is dropped as pending)")
+	require.Equal(t, int64(5), after.LastAppliedSequence)
+	require.Zero(t, after.Pending)
+	require.Equal(t, int64(5), after.Applied)
+	require.Equal(t, []int64{1, 2, 3, 4, 5}, u.model.sequences(), "each applied once, in sequence order")
+	ids := make([]string, 0, 5)
+	for seq := int64(1); seq <= 5; seq++ {
+		ids = append(ids, reqs[seq].Request.ID)
+	}
+	require.Equal(t, ids, u.publisher.resultIDs(), "one result per request, in order")
+}
+
+// Requests without a Sequence apply in arrival order, and a redelivered one is dropped.
+func TestArrivalOrderWithoutSequence(t *testing.T) {
+	t.Parallel()
+	u := newUnit(t)
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	require.NoError(t, Register(env, u.opts))
+	a, b, c := request("c-arrival", 0, "a"), request("c-arrival", 0, "b"), request("c-arrival", 0, "c")
+	env.RegisterDelayedCallback(func() {
+		// One batch of two, then a duplicate of the first in another batch, then the third.
+		env.SignalWorkflowSkippingWorkflowTask(SignalName, batchOf(b, a))
+		env.SignalWorkflow(SignalName, batchOf(b))
+		env.SignalWorkflow(SignalName, batchOf(c, a))
+	}, time.Second)
+	env.ExecuteWorkflow(WorkflowName, State{ConversationID: "c-arrival", Config: Config{IdleTimeout: time.Minute}})
+	require.NoError(t, env.GetWorkflowError())
+	require.Equal(t, []string{"b", "a", "c"}, u.model.texts())
+	require.Len(t, u.publisher.results, 3)
+}
+
+// At the turn threshold the run continues as new once the signal channel is drained,
+// carrying the pending requests, the sequence mark and the dedup window.
+func TestContinueAsNewCarriesState(t *testing.T) {
+	t.Parallel()
+	u := newUnit(t)
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	require.NoError(t, Register(env, u.opts))
+	const conv = "c-can"
+	var reqs []Envelope
+	for seq := int64(1); seq <= 6; seq++ {
+		reqs = append(reqs, Envelope{Request: request(conv, seq, "m")})
+	}
+	env.RegisterDelayedCallback(func() {
+		// Skipping the workflow task: all six arrive together, at the moment the run is due.
+		for _, e := range reqs {
+			env.SignalWorkflowSkippingWorkflowTask(SignalName, Batch{Envelopes: []Envelope{e}})
+		}
+		env.SignalWorkflow(SignalName, Batch{Envelopes: []Envelope{reqs[0]}}) // a duplicate
+	}, time.Second)
+	env.ExecuteWorkflow(WorkflowName, State{ConversationID: conv, Config: Config{MaxTurnsPerRun: 4, DedupWindow: 3}})
+	err := env.GetWorkflowError()
+	var can *twf.ContinueAsNewError
+	require.ErrorAs(t, err, &can)
+	require.Equal(t, WorkflowName, can.WorkflowType.Name)
+	var next State
+	require.NoError(t, decodeArg(can, &next))
+	require.Equal(t, int64(5), next.NextSequence)
+	require.Equal(t, int64(4), next.Applied)
+	require.Len(t, next.Pending, 2)
+	require.Equal(t, []string{reqs[1].Request.ID, reqs[2].Request.ID, reqs[3].Request.ID}, next.Recent, "the dedup window keeps the last 3")
+	require.Equal(t, []int64{1, 2, 3, 4}, u.model.sequences())
+}
+
+func decodeArg(can *twf.ContinueAsNewError, v any) error {
+	return converter.GetDefaultDataConverter().FromPayloads(can.Input, v)
+}

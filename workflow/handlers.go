@@ -1,0 +1,81 @@
+package workflow
+
+import (
+	"errors"
+	"fmt"
+
+	"go.temporal.io/sdk/temporal"
+	twf "go.temporal.io/sdk/workflow"
+)
+
+// ErrDeadLettered is the type of the ApplicationError a submit update fails with when its
+// request was dead-lettered; the error's message carries the reason.
+const ErrDeadLettered = "DeadLettered"
+
+// setHandlers registers the queries and the submit update of a run.
+func (c *conversation) setHandlers(ctx twf.Context) error {
+	if err := twf.SetQueryHandler(ctx, QueryLastAppliedSequence, func() (int64, error) {
+		return c.NextSequence - 1, nil
+	}); err != nil {
+		return err
+	}
+	if err := twf.SetQueryHandler(ctx, QueryStatus, func() (Status, error) { return c.status(), nil }); err != nil {
+		return err
+	}
+	return twf.SetUpdateHandlerWithOptions(ctx, UpdateName, c.submit, twf.UpdateHandlerOptions{
+		Validator:   c.validateSubmit,
+		Description: "submit one request; returns its Result once the turn applied",
+	})
+}
+
+// validateSubmit rejects, before anything is written to history, a request that is malformed
+// for this conversation, already applied (within the dedup window) or below the sequence
+// mark. A request that is pending (signalled before) is accepted: the update waits for it.
+func (c *conversation) validateSubmit(_ twf.Context, env Envelope) error {
+	req := env.Request
+	switch {
+	case req.ID == "":
+		return errors.New("submit: request id missing")
+	case req.ConversationID != c.ConversationID:
+		return fmt.Errorf("submit: request %s names conversation %q, this workflow is %q", req.ID, req.ConversationID, c.ConversationID)
+	case c.pendingIndex(req.ID) >= 0:
+		return nil
+	}
+	if reason := c.duplicate(env); reason != "" {
+		return fmt.Errorf("submit: request %s rejected as a duplicate or stale: %s", req.ID, reason)
+	}
+	return nil
+}
+
+// pendingIndex returns the index of request id in Pending, or -1.
+func (c *conversation) pendingIndex(id string) int {
+	for i, p := range c.Pending {
+		if p.Request.ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// submit queues the request (unless it is pending already) and waits for its outcome.
+func (c *conversation) submit(ctx twf.Context, env Envelope) (*Outcome, error) {
+	id := env.Request.ID
+	c.waiting[id]++
+	defer func() {
+		if c.waiting[id]--; c.waiting[id] <= 0 {
+			delete(c.waiting, id)
+			delete(c.outcomes, id)
+		}
+	}()
+	if c.pendingIndex(id) < 0 {
+		c.accept(ctx, env)
+	}
+	if err := twf.Await(ctx, func() bool { _, ok := c.outcomes[id]; return ok }); err != nil {
+		return nil, err
+	}
+	out := c.outcomes[id]
+	if out.DeadLettered {
+		return nil, temporal.NewNonRetryableApplicationError(out.Reason, ErrDeadLettered, nil)
+	}
+	return &out, nil
+}
