@@ -108,12 +108,13 @@ func (a *worker) activityOptions() twf.ActivityOptions {
 	}
 }
 
-// ApplyTurn is the turn activity (registered as ActivityName): it runs env's request through
+// ApplyTurn is the turn activity (registered as ActivityName): it runs the request through
 // the Runner and publishes the Result, or the dead letter, with the consumer's headers and
 // placement. A dead letter is an Outcome, not an error, so the workflow moves on; failures
 // the Runner counted or refunded are retryable ApplicationErrors of the turn.Kind's name, a
 // turn.RetryAfter one sets the next retry delay to the model's.
-func (a *worker) ApplyTurn(ctx context.Context, env Envelope) (Outcome, error) {
+func (a *worker) ApplyTurn(ctx context.Context, in TurnInput) (Outcome, error) {
+	env := in.Envelope
 	req := env.Request
 	req.Source = env.Source
 	headers := maps.Clone(env.Headers)
@@ -143,7 +144,7 @@ func (a *worker) ApplyTurn(ctx context.Context, env Envelope) (Outcome, error) {
 	res, err := a.opts.Runner.Run(ctx, req)
 	stop()
 	if err == nil {
-		return a.publishResult(ctx, env, res)
+		return a.publishResult(ctx, env, res, in.WantResult)
 	}
 	switch kind := turn.Classify(err); kind {
 	case turn.KindPermanent:
@@ -162,11 +163,13 @@ func (a *worker) ApplyTurn(ctx context.Context, env Envelope) (Outcome, error) {
 	}
 }
 
-func (a *worker) publishResult(ctx context.Context, env Envelope, res turn.Result) (Outcome, error) {
+func (a *worker) publishResult(ctx context.Context, env Envelope, res turn.Result, want bool) (Outcome, error) {
 	err := a.opts.Publisher.PublishResult(ctx, env, res)
 	switch {
+	case err == nil && want:
+		return Outcome{Published: true, Result: &res}, nil
 	case err == nil:
-		return Outcome{Result: &res}, nil
+		return Outcome{Published: true}, nil
 	case errors.Is(err, ErrRefused):
 		return a.deadLetter(ctx, env, DeadLetter{Reason: "the result was refused by the results topic", Attempts: res.Attempt, Err: err}, turn.KindPermanent)
 	}

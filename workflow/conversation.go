@@ -153,7 +153,8 @@ func (c *conversation) apply(actx twf.Context, i int) {
 	env := c.Pending[i]
 	c.Pending = slices.Delete(c.Pending, i, i+1)
 	var out Outcome
-	err := twf.ExecuteActivity(withHeaders(actx, env.Headers), ActivityName, env).Get(actx, &out)
+	in := TurnInput{Envelope: env, WantResult: c.waiting[env.Request.ID] > 0}
+	err := twf.ExecuteActivity(withHeaders(actx, env.Headers), ActivityName, in).Get(actx, &out)
 	if err != nil {
 		twf.GetLogger(actx).Error("turn activity failed for good", "request_id", env.Request.ID,
 			"conversation_id", c.ConversationID, "err", err)

@@ -12,7 +12,9 @@ import (
 )
 
 // envTarget reconciles against a testsuite environment's workflow.
-type envTarget struct{ env *testsuite.TestWorkflowEnvironment }
+type envTarget struct {
+	env *testsuite.TestWorkflowEnvironment
+}
 
 func (e envTarget) lastApplied(context.Context, string) (int64, error) {
 	v, err := e.env.QueryWorkflow(QueryLastAppliedSequence)

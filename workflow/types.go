@@ -128,10 +128,20 @@ type Status struct {
 	LastErrorKind string `json:"last_error_kind,omitempty"`
 }
 
-// Outcome is what the activity returns for one request: the Result it published, or the
-// reason it published a dead letter instead.
+// TurnInput is the input of the turn activity: the request's envelope, and whether the
+// workflow wants the Result back (a submit update waits for it). Without that, the activity
+// returns no Result, so that a long answer is not copied into the history.
+type TurnInput struct {
+	Envelope   Envelope `json:"envelope"`
+	WantResult bool     `json:"want_result,omitempty"`
+}
+
+// Outcome is what the activity returns for one request: that it published a Result (and the
+// Result itself when TurnInput.WantResult), or the reason it published a dead letter instead.
 type Outcome struct {
-	Result *turn.Result `json:"result,omitempty"`
+	// Published is true when a Result was published.
+	Published bool         `json:"published,omitempty"`
+	Result    *turn.Result `json:"result,omitempty"`
 	// DeadLettered is true when the request went to the dead-letter topic.
 	DeadLettered bool   `json:"dead_lettered,omitempty"`
 	Reason       string `json:"reason,omitempty"`

@@ -1,0 +1,68 @@
+package workflow
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/turnstile-go/turnstile/internal/temporaldev"
+)
+
+// dev is the package's one dev server, shared by every test that needs one (TestMain starts
+// it), or the reason there is none.
+var dev struct {
+	server *testsuite.DevServer
+	reason string
+}
+
+func TestMain(m *testing.M) {
+	if os.Getenv(envWorkerProcess) != "" {
+		os.Exit(runWorkerProcess())
+	}
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	flag.Parse()
+	if testing.Short() {
+		dev.reason = "-short: no dev server"
+		return m.Run()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	srv, err := temporaldev.Start(ctx, nil, SearchAttributeTypes)
+	cancel()
+	if err != nil {
+		dev.reason = err.Error()
+		return m.Run()
+	}
+	dev.server = srv
+	defer func() {
+		if err := srv.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "dev server stop:", err)
+		}
+	}()
+	return m.Run()
+}
+
+// needServer returns the dev server's host:port, or skips the test with the reason there is
+// none (fails it under CI=true).
+func needServer(t *testing.T) string {
+	t.Helper()
+	if dev.server == nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("Temporal dev server needed: %s", dev.reason)
+		}
+		t.Skipf("Temporal dev server needed: %s", dev.reason)
+	}
+	return dev.server.FrontendHostPort()
+}
+
+// envWorkerProcess, when set, makes the test binary a worker process (see process_test.go).
+const envWorkerProcess = "TURNSTILE_WORKFLOW_WORKER_PROCESS"
+
+func runWorkerProcess() int { return 2 }
