@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
@@ -56,6 +57,8 @@ type BridgeOptions struct {
 type Bridge struct {
 	c    client.Client
 	opts BridgeOptions
+	// resubmits counts submit updates turned away by a run continuing as new and sent again.
+	resubmits atomic.Int64
 }
 
 // NewBridge returns a Bridge on the client c. Give c a ContextPropagator

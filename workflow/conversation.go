@@ -26,6 +26,9 @@ type conversation struct {
 	outcomes map[string]Outcome
 	// published is what the search attributes last said, to upsert only on change.
 	published searchValues
+	// draining is set once the run is due to continue as new: new submit updates are
+	// rejected (Submit retries them on the next run) so that the handlers in flight can finish.
+	draining bool
 }
 
 // Conversation is the conversation workflow (registered as WorkflowName by Register): the
@@ -202,10 +205,11 @@ func (c *conversation) continueDue(ctx twf.Context) bool {
 }
 
 // continueAsNew finishes the submit handlers in flight (applying their requests, which may
-// take turns beyond the threshold), drains the signal channel and continues as new with the
+// take turns beyond the threshold) while the validator turns new ones away, drains the signal channel and continues as new with the
 // carried State. Returning while a handler runs would abandon its update; a signal left in
 // the channel would be lost with the run.
 func (c *conversation) continueAsNew(ctx, actx twf.Context, signals twf.ReceiveChannel) error {
+	c.draining = true
 	for !twf.AllHandlersFinished(ctx) {
 		if i := c.nextReady(); i >= 0 {
 			c.apply(actx, i)

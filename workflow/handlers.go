@@ -12,6 +12,10 @@ import (
 // request was dead-lettered; the error's message carries the reason.
 const ErrDeadLettered = "DeadLettered"
 
+// errTypeContinuing is the type of the rejection of a submit update that reached a run about
+// to continue as new; Submit sends it again, and it lands on the next run.
+const errTypeContinuing = "ContinuingAsNew"
+
 // setHandlers registers the queries and the submit update of a run.
 func (c *conversation) setHandlers(ctx twf.Context) error {
 	if err := twf.SetQueryHandler(ctx, QueryLastAppliedSequence, func() (int64, error) {
@@ -34,6 +38,8 @@ func (c *conversation) setHandlers(ctx twf.Context) error {
 func (c *conversation) validateSubmit(_ twf.Context, env Envelope) error {
 	req := env.Request
 	switch {
+	case c.draining:
+		return temporal.NewApplicationError("submit: the run is continuing as new; send again", errTypeContinuing)
 	case req.ID == "":
 		return errors.New("submit: request id missing")
 	case req.ConversationID != c.ConversationID:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
@@ -26,6 +27,25 @@ func (b *Bridge) Submit(ctx context.Context, req turn.Request) (turn.Result, err
 		return turn.Result{}, turn.Permanent(err)
 	}
 	env := Envelope{Request: req, Source: req.Source, Headers: filterHeaders(Headers(ctx), b.opts.Headers)}
+	delay := 20 * time.Millisecond
+	for {
+		res, err := b.submitOnce(ctx, env)
+		var appErr *temporal.ApplicationError
+		if !errors.As(err, &appErr) || appErr.Type() != errTypeContinuing {
+			return res, err
+		}
+		b.resubmits.Add(1)
+		select { // the run is continuing as new: the next one takes the update
+		case <-ctx.Done():
+			return turn.Result{}, fmt.Errorf("workflow: submit %s: %w (last: %w)", req.ID, ctx.Err(), err)
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, time.Second)
+	}
+}
+
+func (b *Bridge) submitOnce(ctx context.Context, env Envelope) (turn.Result, error) {
+	req := env.Request
 	id := b.WorkflowID(req.ConversationID)
 	start := b.c.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
 		ID: id, TaskQueue: b.opts.TaskQueue, WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
