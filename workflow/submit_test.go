@@ -98,18 +98,20 @@ func TestDevServerSubmitRejectsDuplicate(t *testing.T) {
 	require.Len(t, s.model.calls, 2)
 }
 
-// Reconciliation through the dev server: the ledger says 3 requests were handed off, the
-// signal of the second was lost; a sweep re-sends it and the gap closes.
+// Reconciliation through the dev server: the ledger (SQLite) says 3 requests were handed off,
+// the signal of the second was lost; a sweep re-sends it and the gap closes.
 func TestDevServerSweepClosesGap(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, 1)
 	s.startWorker(nil)
-	ledger := &MemoryLedger{}
+	ledger, err := NewSQLLedger(s.db, SQLite, "")
+	require.NoError(t, err)
+	require.NoError(t, ledger.Migrate(context.Background()))
 	b := s.bridge(BridgeOptions{Ledger: ledger})
 	conv := s.cluster.Unique("gap")
 	r1, r2, r3 := request(conv, 1, "one"), request(conv, 2, "two"), request(conv, 3, "three")
 	for _, r := range []turn.Request{r1, r3} {
-		_, err := b.Handle(context.Background(), r)
+		_, err = b.Handle(context.Background(), r)
 		require.NoError(t, err)
 	}
 	require.NoError(t, ledger.Record(context.Background(), Envelope{Request: r2})) // handed off, signal lost
