@@ -60,6 +60,9 @@ type WorkerOptions struct {
 // worker holds what the workflow and the activity of one worker share.
 type worker struct {
 	opts WorkerOptions
+	// beforeTurn, when set, runs in the workflow before each turn's activity: the replay test
+	// uses it to change the command sequence, the way a careless edit would.
+	beforeTurn func(twf.Context)
 }
 
 // Register registers the conversation workflow (WorkflowName) and the turn activity

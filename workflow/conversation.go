@@ -26,6 +26,7 @@ type conversation struct {
 	outcomes map[string]Outcome
 	// published is what the search attributes last said, to upsert only on change.
 	published searchValues
+	beforeTurn func(twf.Context)
 	// draining is set once the run is due to continue as new: new submit updates are
 	// rejected (Submit retries them on the next run) so that the handlers in flight can finish.
 	draining bool
@@ -48,7 +49,7 @@ type conversation struct {
 // sequence mark and the dedup window. A run with nothing pending ends after
 // Config.IdleTimeout; the next request starts a new one (SignalWithStart).
 func (a *worker) Conversation(ctx twf.Context, st State) error {
-	c := &conversation{State: st, cfg: st.Config.withDefaults(), waiting: map[string]int{}, outcomes: map[string]Outcome{}}
+	c := &conversation{State: st, cfg: st.Config.withDefaults(), waiting: map[string]int{}, outcomes: map[string]Outcome{}, beforeTurn: a.beforeTurn}
 	c.runID = twf.GetInfo(ctx).WorkflowExecution.RunID
 	if c.NextSequence <= 0 {
 		c.NextSequence = 1
@@ -156,6 +157,9 @@ func (c *conversation) apply(actx twf.Context, i int) {
 	env := c.Pending[i]
 	c.Pending = slices.Delete(c.Pending, i, i+1)
 	var out Outcome
+	if c.beforeTurn != nil {
+		c.beforeTurn(actx)
+	}
 	in := TurnInput{Envelope: env, WantResult: c.waiting[env.Request.ID] > 0}
 	err := twf.ExecuteActivity(withHeaders(actx, env.Headers), ActivityName, in).Get(actx, &out)
 	if err != nil {

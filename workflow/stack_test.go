@@ -231,3 +231,6 @@ func (l *logCapture) matching(sub string) []string {
 	}
 	return out
 }
+
+// discardLogger drops everything.
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
