@@ -25,7 +25,7 @@ type conversation struct {
 	waiting  map[string]int
 	outcomes map[string]Outcome
 	// published is what the search attributes last said, to upsert only on change.
-	published searchValues
+	published  searchValues
 	beforeTurn func(twf.Context)
 	// draining is set once the run is due to continue as new: new submit updates are
 	// rejected (Submit retries them on the next run) so that the handlers in flight can finish.
