@@ -61,8 +61,3 @@ func needServer(t *testing.T) string {
 	}
 	return dev.server.FrontendHostPort()
 }
-
-// envWorkerProcess, when set, makes the test binary a worker process (see process_test.go).
-const envWorkerProcess = "TURNSTILE_WORKFLOW_WORKER_PROCESS"
-
-func runWorkerProcess() int { return 2 }
