@@ -51,7 +51,7 @@ func runTests(m *testing.M) int {
 
 // needServer returns the dev server's host:port, or skips the test with the reason there is
 // none (fails it under CI=true).
-func needServer(t *testing.T) string {
+func needServer(t testing.TB) string {
 	t.Helper()
 	if dev.server == nil {
 		if os.Getenv("CI") == "true" {

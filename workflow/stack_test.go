@@ -33,7 +33,7 @@ const wait = 3 * time.Minute
 // stack is one dev-server test's world: a kfake cluster with its topics, SQLite stores, a
 // Temporal client on the shared dev server and a task queue of its own.
 type stack struct {
-	t                      *testing.T
+	t                      testing.TB
 	cluster                *kafkatest.Cluster
 	requests, results, dlq string
 	group                  string
@@ -46,7 +46,7 @@ type stack struct {
 	logs                   *logCapture
 }
 
-func newStack(t *testing.T, partitions int32) *stack {
+func newStack(t testing.TB, partitions int32) *stack {
 	t.Helper()
 	host := needServer(t)
 	s := &stack{t: t, model: &recordingModel{}, logs: &logCapture{}}
