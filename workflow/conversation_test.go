@@ -2,13 +2,18 @@ package workflow
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	twf "go.temporal.io/sdk/workflow"
+
+	"github.com/turnstile-go/turnstile/turn"
 )
 
 // envTarget reconciles against a testsuite environment's workflow.
@@ -115,7 +120,7 @@ func TestArrivalOrderWithoutSequence(t *testing.T) {
 	env.ExecuteWorkflow(WorkflowName, State{ConversationID: "c-arrival", Config: Config{IdleTimeout: time.Minute}})
 	require.NoError(t, env.GetWorkflowError())
 	require.Equal(t, []string{"b", "a", "c"}, u.model.texts())
-	require.Len(t, u.publisher.results, 3)
+	require.Len(t, u.publisher.resultIDs(), 3)
 }
 
 // At the turn threshold the run continues as new once the signal channel is drained,
@@ -154,4 +159,58 @@ func TestContinueAsNewCarriesState(t *testing.T) {
 
 func decodeArg(can *twf.ContinueAsNewError, v any) error {
 	return converter.GetDefaultDataConverter().FromPayloads(can.Input, v)
+}
+
+// A poison request is dead-lettered by the Runner, the activity publishes the dead letter and
+// the conversation moves on to the next sequence; a submit update of a poison request fails
+// with ErrDeadLettered, and one of a good request returns its Result.
+func TestDeadLetterMovesOn(t *testing.T) {
+	t.Parallel()
+	u := newUnit(t)
+	u.model.errFunc = func(in turn.Input) error {
+		if strings.HasPrefix(in.Request.Text, "poison") {
+			return turn.Permanent(errors.New("the model refuses this prompt"))
+		}
+		return nil
+	}
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	require.NoError(t, Register(env, u.opts))
+	const conv = "c-poison"
+	bad, good := request(conv, 1, "poison one"), request(conv, 2, "fine two")
+	badUpdate, goodUpdate := request(conv, 3, "poison three"), request(conv, 4, "fine four")
+	var updateErr error
+	var updateOut *Outcome
+	var st Status
+	env.RegisterDelayedCallback(func() {
+		env.SignalWorkflow(SignalName, batchOf(good, bad))
+		env.UpdateWorkflow(UpdateName, badUpdate.ID, &testsuite.TestUpdateCallback{
+			OnReject: func(err error) { updateErr = err },
+			OnComplete: func(_ any, err error) {
+				updateErr = err
+			},
+		}, Envelope{Request: badUpdate})
+		env.UpdateWorkflow(UpdateName, goodUpdate.ID, &testsuite.TestUpdateCallback{
+			OnReject:   func(err error) { require.NoError(t, err) },
+			OnComplete: func(v any, err error) { require.NoError(t, err); updateOut = v.(*Outcome) },
+		}, Envelope{Request: goodUpdate})
+	}, time.Second)
+	env.RegisterDelayedCallback(func() { st = queryStatus(t, env) }, time.Minute)
+	env.ExecuteWorkflow(WorkflowName, State{ConversationID: conv, Config: Config{IdleTimeout: time.Hour}})
+	require.NoError(t, env.GetWorkflowError())
+
+	require.Equal(t, []int64{1, 2, 3, 4}, u.model.sequences())
+	require.Equal(t, []string{good.ID, goodUpdate.ID}, u.publisher.resultIDs())
+	u.publisher.mu.Lock()
+	require.Len(t, u.publisher.deadLetters, 2)
+	require.Contains(t, u.publisher.deadLetters[0].Reason, "the model refuses this prompt")
+	u.publisher.mu.Unlock()
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, updateErr, &appErr)
+	require.Equal(t, ErrDeadLettered, appErr.Type())
+	require.NotNil(t, updateOut)
+	require.NotNil(t, updateOut.Result, "an update gets the Result back")
+	require.Equal(t, goodUpdate.ID, updateOut.Result.RequestID)
+	require.Equal(t, int64(4), st.LastAppliedSequence)
+	require.Equal(t, "permanent", st.LastErrorKind)
 }

@@ -126,9 +126,7 @@ func TestDevServerThousandRecordsTwoMembers(t *testing.T) {
 	}
 	s.committedAll(6)
 
-	s.model.mu.Lock()
-	calls := append([]turn.Input(nil), s.model.calls...)
-	s.model.mu.Unlock()
+	calls := callsOf(s.model, func(in turn.Input) turn.Input { return in })
 	seen := map[string]int{}
 	for _, in := range calls {
 		seen[in.Request.ID]++

@@ -44,21 +44,26 @@ func (m *recordingModel) Respond(ctx context.Context, in turn.Input) (turn.Outpu
 
 // sequences returns the Sequence of each call, in call order.
 func (m *recordingModel) sequences() []int64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make([]int64, 0, len(m.calls))
-	for _, c := range m.calls {
-		out = append(out, c.Request.Sequence)
-	}
-	return out
+	return callsOf(m, func(in turn.Input) int64 { return in.Request.Sequence })
 }
 
+// texts returns the Text of each call, in call order.
 func (m *recordingModel) texts() []string {
+	return callsOf(m, func(in turn.Input) string { return in.Request.Text })
+}
+
+// ids returns the request id of each call, in call order.
+func (m *recordingModel) ids() []string {
+	return callsOf(m, func(in turn.Input) string { return in.Request.ID })
+}
+
+// callsOf returns field of each call, in call order.
+func callsOf[T any](m *recordingModel, field func(turn.Input) T) []T {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]string, 0, len(m.calls))
+	out := make([]T, 0, len(m.calls))
 	for _, c := range m.calls {
-		out = append(out, c.Request.Text)
+		out = append(out, field(c))
 	}
 	return out
 }

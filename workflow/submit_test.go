@@ -57,8 +57,8 @@ func TestDevServerSubmitAcrossContinueAsNew(t *testing.T) {
 		require.Contains(t, res.Text, "answer to")
 	}
 	calls := map[string]int{}
-	for _, in := range s.model.calls {
-		calls[in.Request.ID]++
+	for _, id := range s.model.ids() {
+		calls[id]++
 	}
 	require.Len(t, calls, callers*each)
 	for id := range results {
@@ -95,7 +95,7 @@ func TestDevServerSubmitRejectsDuplicate(t *testing.T) {
 	res, err := b.Submit(ctx, request(conv, 2, "next"))
 	require.NoError(t, err)
 	require.Equal(t, int64(2), res.Sequence)
-	require.Len(t, s.model.calls, 2)
+	require.Len(t, s.model.ids(), 2)
 }
 
 // Reconciliation through the dev server: the ledger (SQLite) says 3 requests were handed off,
