@@ -214,3 +214,35 @@ func TestDeadLetterMovesOn(t *testing.T) {
 	require.Equal(t, int64(4), st.LastAppliedSequence)
 	require.Equal(t, "permanent", st.LastErrorKind)
 }
+
+// An update whose request waits at a gap when the run is due to continue as new does not hold
+// the run open: it is turned back with the ContinuingAsNew error (Submit sends it again) and
+// the request travels into the next run.
+func TestUpdateHeldAtGapDoesNotBlockContinueAsNew(t *testing.T) {
+	t.Parallel()
+	u := newUnit(t)
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	require.NoError(t, Register(env, u.opts))
+	const conv = "c-held"
+	first, third := request(conv, 1, "one"), request(conv, 3, "three")
+	var updateErr error
+	env.RegisterDelayedCallback(func() {
+		env.SignalWorkflowSkippingWorkflowTask(SignalName, batchOf(first))
+		env.UpdateWorkflow(UpdateName, third.ID, &testsuite.TestUpdateCallback{
+			OnReject:   func(err error) { updateErr = err },
+			OnComplete: func(_ any, err error) { updateErr = err },
+		}, Envelope{Request: third})
+	}, time.Second)
+	env.ExecuteWorkflow(WorkflowName, State{ConversationID: conv, Config: Config{MaxTurnsPerRun: 1}})
+	var can *twf.ContinueAsNewError
+	require.ErrorAs(t, env.GetWorkflowError(), &can)
+	var next State
+	require.NoError(t, decodeArg(can, &next))
+	require.Len(t, next.Pending, 1)
+	require.Equal(t, third.ID, next.Pending[0].Request.ID, "the held request travels into the next run")
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, updateErr, &appErr)
+	require.Equal(t, errTypeContinuing, appErr.Type())
+	require.Equal(t, []int64{1}, u.model.sequences())
+}

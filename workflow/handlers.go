@@ -76,12 +76,26 @@ func (c *conversation) submit(ctx twf.Context, env Envelope) (*Outcome, error) {
 	if c.pendingIndex(id) < 0 {
 		c.accept(ctx, env)
 	}
-	if err := twf.Await(ctx, func() bool { _, ok := c.outcomes[id]; return ok }); err != nil {
+	if err := twf.Await(ctx, func() bool {
+		_, ok := c.outcomes[id]
+		return ok || (c.draining && c.heldAtGap(id))
+	}); err != nil {
 		return nil, err
 	}
-	out := c.outcomes[id]
+	out, ok := c.outcomes[id]
+	if !ok {
+		// The run is continuing as new and this request waits for a gap: it travels into the
+		// next run with the pending requests, and Submit sends the update again there.
+		return nil, temporal.NewApplicationError("submit: request held at a sequence gap while the run continues as new; send again", errTypeContinuing)
+	}
 	if out.DeadLettered {
 		return nil, temporal.NewNonRetryableApplicationError(out.Reason, ErrDeadLettered, nil)
 	}
 	return &out, nil
+}
+
+// heldAtGap reports whether request id is pending behind a missing sequence.
+func (c *conversation) heldAtGap(id string) bool {
+	i := c.pendingIndex(id)
+	return i >= 0 && c.Pending[i].Request.Sequence > c.NextSequence
 }
