@@ -2,7 +2,6 @@ package workflow
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -130,15 +129,11 @@ func (b *Bridge) envelope(req turn.Request) Envelope {
 // send signals envs (one conversation's) with start, then records them in the ledger.
 func (b *Bridge) send(ctx context.Context, conv string, envs []Envelope) error {
 	batch := Batch{Envelopes: envs}
-	data, err := json.Marshal(batch)
-	if err != nil {
-		return turn.Permanent(fmt.Errorf("workflow: encode hand-off: %w", err))
-	}
-	if len(data) > b.opts.MaxPayloadBytes {
-		return turn.Permanent(fmt.Errorf("workflow: hand-off of %d request(s) is %d bytes, over the limit of %d", len(envs), len(data), b.opts.MaxPayloadBytes))
+	if size := payloadSize(envs); size > b.opts.MaxPayloadBytes {
+		return turn.Permanent(fmt.Errorf("workflow: hand-off of %d request(s) is about %d bytes, over the limit of %d", len(envs), size, b.opts.MaxPayloadBytes))
 	}
 	sctx := WithHeaders(ctx, envs[len(envs)-1].Headers)
-	_, err = b.c.SignalWithStartWorkflow(sctx, b.WorkflowID(conv), SignalName, batch,
+	_, err := b.c.SignalWithStartWorkflow(sctx, b.WorkflowID(conv), SignalName, batch,
 		client.StartWorkflowOptions{ID: b.WorkflowID(conv), TaskQueue: b.opts.TaskQueue},
 		WorkflowName, State{ConversationID: conv, Config: b.opts.Config})
 	if err != nil {
@@ -155,6 +150,26 @@ func (b *Bridge) send(ctx context.Context, conv string, envs []Envelope) error {
 		}
 	}
 	return nil
+}
+
+// payloadSize estimates the encoded size of envs from their variable-length fields plus a
+// fixed allowance per envelope for names and numbers, without encoding them twice (the client
+// encodes the signal). JSON escaping can make the payload larger; the server's own check then
+// refuses it with InvalidArgument, which is permanent too.
+func payloadSize(envs []Envelope) int {
+	const perEnvelope = 512
+	n := 0
+	for _, e := range envs {
+		r := e.Request
+		n += perEnvelope + len(r.ID) + len(r.ConversationID) + len(r.UserID) + len(r.Text) + len(r.ReplyTo) + len(e.Source.Topic)
+		for k, v := range r.Metadata {
+			n += len(k) + len(v) + 6
+		}
+		for k, v := range e.Headers {
+			n += len(k) + len(v) + 6
+		}
+	}
+	return n
 }
 
 // classifyTemporal maps an error of a Temporal client call to the turn error kinds.
