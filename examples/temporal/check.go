@@ -176,7 +176,7 @@ func check(ctx context.Context, sum *Summary, w *world, wl *workload, watch *wat
 			}
 			good = user.Text == reqs[i].Text && user.RequestID == reqs[i].ID && answer.Text == reply(int64(i+1), prev)
 			if !good && badReply == "" {
-				badReply = fmt.Sprintf("%s turn %d: %q", conv, i+1, answer.Text)
+				badReply = fmt.Sprintf("; first wrong: %s turn %d: %q", conv, i+1, answer.Text)
 			}
 		}
 		if good {
@@ -193,7 +193,7 @@ func check(ctx context.Context, sum *Summary, w *world, wl *workload, watch *wat
 			err = v.Get(&st)
 		}
 		if (err != nil || st.LastAppliedSequence != int64(len(reqs))) && behind == "" {
-			behind = fmt.Sprintf("%s: applied %d of %d (%v)", conv, st.LastAppliedSequence, len(reqs), err)
+			behind = fmt.Sprintf("; first behind: %s applied %d of %d (%v)", conv, st.LastAppliedSequence, len(reqs), err)
 		}
 	}
 	if err := w.st.db.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM refunds), (SELECT COUNT(*) FROM refund_calls)`).Scan(&sum.Refunds, &sum.RefundCalls); err != nil {
@@ -203,13 +203,13 @@ func check(ctx context.Context, sum *Summary, w *world, wl *workload, watch *wat
 	committed, end, err2 := offsets(w.brokers)
 
 	sum.add("every request applied once", sum.Turns == sum.Requests, "%d turns for %d requests", sum.Turns, sum.Requests)
-	sum.add("in order, with context", ordered == sum.Conversations, "%d of %d conversations hold every turn in sequence order with the expected replies %s", ordered, sum.Conversations, badReply)
-	sum.add("workflows applied up to their last sequence", behind == "", "lastAppliedSequence of every conversation %s", behind)
+	sum.add("in order, with context", ordered == sum.Conversations, "%d of %d conversations hold every turn in sequence order with the expected replies%s", ordered, sum.Conversations, badReply)
+	sum.add("workflows applied up to their last sequence", behind == "", "lastAppliedSequence of every conversation's workflow equals its last request's sequence%s", behind)
 	sum.add("one result per request", sum.Results == sum.Requests, "%d distinct request ids on %s, %d records", sum.Results, ResultsTopic, sum.ResultRecords)
-	sum.add("the killed worker's turn finished elsewhere", err == nil && len(killedTurn) == 2, "request %s: %d events in its session (err %v)", sum.KilledRequest, len(killedTurn), err)
+	sum.add("the killed worker's turn finished elsewhere", err == nil && len(killedTurn) == 2, "request %s: its turn is in the session once (%d events, err %v)", sum.KilledRequest, len(killedTurn), err)
 	sum.add("refunds once per request", sum.Refunds == sum.Requests && sum.RefundCalls > sum.Requests, "%d refunds for %d requests, %d tool calls", sum.Refunds, sum.Requests, sum.RefundCalls)
 	sum.add("traceparent reached the model", missingTrace == 0 && model.traces.size() > 0, "%d turns saw another traceparent than produced", missingTrace)
-	sum.add("offsets committed to the end", err2 == nil && committed == end, "%d of %d (%v)", committed, end, err2)
+	sum.add("offsets committed to the end", err2 == nil && committed == end, "%d of %d records (err %v)", committed, end, err2)
 	return nil
 }
 
