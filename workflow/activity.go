@@ -142,6 +142,9 @@ func (a *worker) ApplyTurn(ctx context.Context, in TurnInput) (Outcome, error) {
 		}
 	}
 	env.Request, env.Headers = req, headers
+	if in.Reject != "" {
+		return a.deadLetter(ctx, env, DeadLetter{Reason: in.Reject}, turn.KindPermanent)
+	}
 
 	stop := a.heartbeat(ctx)
 	res, err := a.opts.Runner.Run(ctx, req)

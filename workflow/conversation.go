@@ -124,6 +124,12 @@ func (c *conversation) duplicate(env Envelope) string {
 	if c.recentSet[req.ID] {
 		return "already applied"
 	}
+	if c.foreign(env) {
+		if c.pendingIndex(req.ID) >= 0 {
+			return "already pending"
+		}
+		return ""
+	}
 	if req.Sequence > 0 && req.Sequence < c.NextSequence {
 		return fmt.Sprintf("sequence %d is below the applied mark %d", req.Sequence, c.NextSequence-1)
 	}
@@ -131,18 +137,24 @@ func (c *conversation) duplicate(env Envelope) string {
 		if p.Request.ID == req.ID {
 			return "already pending"
 		}
-		if req.Sequence > 0 && p.Request.Sequence == req.Sequence {
+		if req.Sequence > 0 && p.Request.Sequence == req.Sequence && !c.foreign(p) {
 			return fmt.Sprintf("sequence %d is already pending as request %s", req.Sequence, p.Request.ID)
 		}
 	}
 	return ""
 }
 
+// foreign reports whether env names another conversation than this workflow's.
+func (c *conversation) foreign(env Envelope) bool {
+	return env.Request.ConversationID != c.ConversationID
+}
+
 // nextReady returns the index in Pending of the request to apply next: the first, in arrival
-// order, that has no Sequence or has NextSequence; -1 when none is ready.
+// order, that has no Sequence, has NextSequence or names another conversation (it is
+// dead-lettered at once); -1 when none is ready.
 func (c *conversation) nextReady() int {
 	for i, p := range c.Pending {
-		if s := p.Request.Sequence; s == 0 || s == c.NextSequence {
+		if s := p.Request.Sequence; s == 0 || s == c.NextSequence || c.foreign(p) {
 			return i
 		}
 	}
@@ -161,6 +173,10 @@ func (c *conversation) apply(actx twf.Context, i int) {
 		c.beforeTurn(actx)
 	}
 	in := TurnInput{Envelope: env, WantResult: c.waiting[env.Request.ID] > 0}
+	if c.foreign(env) {
+		// Never applied here: the turn would land in another conversation's session.
+		in.Reject = fmt.Sprintf("request names conversation %.80q but was sent to the workflow of %.80q", env.Request.ConversationID, c.ConversationID)
+	}
 	err := twf.ExecuteActivity(withHeaders(actx, env.Headers), ActivityName, in).Get(actx, &out)
 	if err != nil {
 		twf.GetLogger(actx).Error("turn activity failed for good", "request_id", env.Request.ID,
@@ -170,7 +186,7 @@ func (c *conversation) apply(actx twf.Context, i int) {
 	if out.DeadLettered {
 		c.LastErrorKind = out.Kind
 	}
-	if s := env.Request.Sequence; s > 0 && s >= c.NextSequence {
+	if s := env.Request.Sequence; s > 0 && s >= c.NextSequence && !c.foreign(env) {
 		c.NextSequence = s + 1
 	}
 	c.remember(env.Request.ID)

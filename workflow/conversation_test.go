@@ -246,3 +246,23 @@ func TestUpdateHeldAtGapDoesNotBlockContinueAsNew(t *testing.T) {
 	require.Equal(t, errTypeContinuing, appErr.Type())
 	require.Equal(t, []int64{1}, u.model.sequences())
 }
+
+// A request that names another conversation than the workflow's is never applied there (G7):
+// it is dead-lettered with the reason, and the conversation's own requests go on.
+func TestForeignRequestDeadLettered(t *testing.T) {
+	t.Parallel()
+	u := newUnit(t)
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	require.NoError(t, Register(env, u.opts))
+	own, foreign := request("c-own", 1, "mine"), request("c-other", 1, "not yours")
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalName, batchOf(foreign, own)) }, time.Second)
+	env.ExecuteWorkflow(WorkflowName, State{ConversationID: "c-own", Config: Config{IdleTimeout: time.Minute}})
+	require.NoError(t, env.GetWorkflowError())
+	require.Equal(t, []string{"mine"}, u.model.texts())
+	require.Equal(t, []string{own.ID}, u.publisher.resultIDs())
+	u.publisher.mu.Lock()
+	defer u.publisher.mu.Unlock()
+	require.Len(t, u.publisher.deadLetters, 1)
+	require.Contains(t, u.publisher.deadLetters[0].Reason, `names conversation "c-other"`)
+}

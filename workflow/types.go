@@ -134,6 +134,9 @@ type Status struct {
 type TurnInput struct {
 	Envelope   Envelope `json:"envelope"`
 	WantResult bool     `json:"want_result,omitempty"`
+	// Reject, when set, is why the request must not run: the activity dead-letters it with
+	// this reason (a request sent to another conversation's workflow).
+	Reject string `json:"reject,omitempty"`
 }
 
 // Outcome is what the activity returns for one request: that it published a Result (and the
