@@ -48,10 +48,7 @@ func queryStatus(t *testing.T, env *testsuite.TestWorkflowEnvironment) Status {
 // missing 4 holds 5 until Reconcile supplies 4 from the ledger, then 4, 5 apply in order.
 func TestSequenceGateDuplicateAndReconcile(t *testing.T) {
 	t.Parallel()
-	u := newUnit(t)
-	var s testsuite.WorkflowTestSuite
-	env := s.NewTestWorkflowEnvironment()
-	require.NoError(t, Register(env, u.opts))
+	u, env := newEnv(t)
 
 	const conv = "c-gate"
 	r := map[int64]any{}
@@ -106,10 +103,7 @@ func TestSequenceGateDuplicateAndReconcile(t *testing.T) {
 // Requests without a Sequence apply in arrival order, and a redelivered one is dropped.
 func TestArrivalOrderWithoutSequence(t *testing.T) {
 	t.Parallel()
-	u := newUnit(t)
-	var s testsuite.WorkflowTestSuite
-	env := s.NewTestWorkflowEnvironment()
-	require.NoError(t, Register(env, u.opts))
+	u, env := newEnv(t)
 	a, b, c := request("c-arrival", 0, "a"), request("c-arrival", 0, "b"), request("c-arrival", 0, "c")
 	env.RegisterDelayedCallback(func() {
 		// One batch of two, then a duplicate of the first in another batch, then the third.
@@ -127,10 +121,7 @@ func TestArrivalOrderWithoutSequence(t *testing.T) {
 // carrying the pending requests, the sequence mark and the dedup window.
 func TestContinueAsNewCarriesState(t *testing.T) {
 	t.Parallel()
-	u := newUnit(t)
-	var s testsuite.WorkflowTestSuite
-	env := s.NewTestWorkflowEnvironment()
-	require.NoError(t, Register(env, u.opts))
+	u, env := newEnv(t)
 	const conv = "c-can"
 	var reqs []Envelope
 	for seq := int64(1); seq <= 6; seq++ {
@@ -220,10 +211,7 @@ func TestDeadLetterMovesOn(t *testing.T) {
 // the request travels into the next run.
 func TestUpdateHeldAtGapDoesNotBlockContinueAsNew(t *testing.T) {
 	t.Parallel()
-	u := newUnit(t)
-	var s testsuite.WorkflowTestSuite
-	env := s.NewTestWorkflowEnvironment()
-	require.NoError(t, Register(env, u.opts))
+	u, env := newEnv(t)
 	const conv = "c-held"
 	first, third := request(conv, 1, "one"), request(conv, 3, "three")
 	var updateErr error
@@ -251,10 +239,7 @@ func TestUpdateHeldAtGapDoesNotBlockContinueAsNew(t *testing.T) {
 // it is dead-lettered with the reason, and the conversation's own requests go on.
 func TestForeignRequestDeadLettered(t *testing.T) {
 	t.Parallel()
-	u := newUnit(t)
-	var s testsuite.WorkflowTestSuite
-	env := s.NewTestWorkflowEnvironment()
-	require.NoError(t, Register(env, u.opts))
+	u, env := newEnv(t)
 	own, foreign := request("c-own", 1, "mine"), request("c-other", 1, "not yours")
 	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalName, batchOf(foreign, own)) }, time.Second)
 	env.ExecuteWorkflow(WorkflowName, State{ConversationID: "c-own", Config: Config{IdleTimeout: time.Minute}})
@@ -265,4 +250,15 @@ func TestForeignRequestDeadLettered(t *testing.T) {
 	defer u.publisher.mu.Unlock()
 	require.Len(t, u.publisher.deadLetters, 1)
 	require.Contains(t, u.publisher.deadLetters[0].Reason, `names conversation "c-other"`)
+}
+
+// newEnv returns a testsuite environment with the workflow and activity registered over a
+// unit's fakes.
+func newEnv(t *testing.T) (*unit, *testsuite.TestWorkflowEnvironment) {
+	t.Helper()
+	u := newUnit(t)
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	require.NoError(t, Register(env, u.opts))
+	return u, env
 }
