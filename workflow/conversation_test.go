@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -261,4 +262,61 @@ func newEnv(t *testing.T) (*unit, *testsuite.TestWorkflowEnvironment) {
 	env := s.NewTestWorkflowEnvironment()
 	require.NoError(t, Register(env, u.opts))
 	return u, env
+}
+
+// A run continues as new once it has received MaxSignalsPerRun signals, far below the
+// server's per-run limit, carrying what it has not applied yet.
+func TestContinueAsNewOnSignalCount(t *testing.T) {
+	t.Parallel()
+	u, env := newEnv(t)
+	const conv = "c-signals"
+	env.RegisterDelayedCallback(func() {
+		for seq := int64(1); seq <= 5; seq++ {
+			env.SignalWorkflowSkippingWorkflowTask(SignalName, batchOf(request(conv, seq, "m")))
+		}
+		env.SignalWorkflow(SignalName, batchOf(request(conv, 6, "m")))
+	}, time.Second)
+	env.ExecuteWorkflow(WorkflowName, State{ConversationID: conv, Config: Config{MaxSignalsPerRun: 3}})
+	var can *twf.ContinueAsNewError
+	require.ErrorAs(t, env.GetWorkflowError(), &can)
+	var next State
+	require.NoError(t, decodeArg(can, &next))
+	require.Empty(t, u.model.sequences(), "due before the first turn: all six travel on")
+	require.Len(t, next.Pending, 6)
+	require.Equal(t, int64(1), next.NextSequence)
+}
+
+// turn.RetryAfter from the model retries the activity after the model's delay without
+// spending an attempt; a model that keeps failing is dead-lettered by the Runner after its
+// MaxAttempts, and the workflow moves on.
+func TestRetriesAndAttempts(t *testing.T) {
+	t.Parallel()
+	u, env := newEnv(t)
+	u.runner.MaxAttempts = 2
+	var limited atomic.Int32
+	u.model.errFunc = func(in turn.Input) error {
+		switch in.Request.Text {
+		case "rate limited once":
+			if limited.Add(1) == 1 {
+				return turn.RetryAfter(3*time.Second, errors.New("429"))
+			}
+		case "always failing":
+			return errors.New("model crashed")
+		}
+		return nil
+	}
+	const conv = "c-retry"
+	limitedReq, failing := request(conv, 1, "rate limited once"), request(conv, 2, "always failing")
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalName, batchOf(limitedReq, failing)) }, time.Second)
+	env.ExecuteWorkflow(WorkflowName, State{ConversationID: conv, Config: Config{IdleTimeout: time.Minute}})
+	require.NoError(t, env.GetWorkflowError())
+
+	require.Equal(t, []string{limitedReq.ID}, u.publisher.resultIDs())
+	u.publisher.mu.Lock()
+	require.Len(t, u.publisher.deadLetters, 1)
+	require.Contains(t, u.publisher.deadLetters[0].Reason, "2 attempts exhausted")
+	u.publisher.mu.Unlock()
+	entry, err := u.inbox.Get(context.Background(), u.runner.InboxKey(limitedReq))
+	require.NoError(t, err)
+	require.Equal(t, 1, entry.Attempts, "the rate-limited try spent no attempt")
 }
