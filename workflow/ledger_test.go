@@ -14,11 +14,24 @@ import (
 // high-water mark and ranges in order, and list conversations by the age of their last hand-off.
 func TestLedgers(t *testing.T) {
 	t.Parallel()
-	sqlLedger, err := NewSQLLedger(sqltest.SQLiteFile(t), SQLite, "")
-	require.NoError(t, err)
-	require.NoError(t, sqlLedger.Migrate(context.Background()))
-	for name, l := range map[string]Ledger{"memory": &MemoryLedger{}, "sqlite": sqlLedger} {
+	ledgers := map[string]func(t *testing.T) Ledger{"memory": func(*testing.T) Ledger { return &MemoryLedger{} }}
+	for _, db := range []sqltest.DB{sqltest.SQLiteFileDB, sqltest.PostgresDB} {
+		ledgers[db.Name] = func(t *testing.T) Ledger {
+			conn := db.Open(t)
+			dialect := SQLite
+			if db.Postgres {
+				dialect = PostgreSQL
+			}
+			l, err := NewSQLLedger(conn, dialect, sqltest.Prefix(t, conn, db.Postgres))
+			require.NoError(t, err)
+			require.NoError(t, l.Migrate(context.Background()))
+			return l
+		}
+	}
+	for name, open := range ledgers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			l := open(t)
 			ctx := context.Background()
 			first := Envelope{Request: request("c1", 2, "two")}
 			require.NoError(t, l.Record(ctx, Envelope{Request: request("c1", 1, "one")}, first, Envelope{Request: request("c1", 0, "none")}))
