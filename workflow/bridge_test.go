@@ -27,7 +27,7 @@ func TestClassifyTemporal(t *testing.T) {
 		"resource exhausted": {serviceerror.NewResourceExhausted(0, "rps limit"), turn.KindUnavailable},
 		"deadline exceeded":  {serviceerror.NewDeadlineExceeded("slow"), turn.KindUnavailable},
 		"closing run":        {serviceerror.NewFailedPrecondition("workflow is closing"), turn.KindUnavailable},
-		"signal limit":       {serviceerror.NewInvalidArgument("signal count limit exceeded for this run"), turn.KindUnavailable},
+		"signal limit":       {serviceerror.NewInvalidArgument("exceeded workflow execution limit for signal events"), turn.KindUnavailable}, // the dev server's words
 		"too large":          {serviceerror.NewInvalidArgument("Blob data size exceeds limit."), turn.KindPermanent},
 		"invalid id":         {serviceerror.NewInvalidArgument("WorkflowId is too long"), turn.KindPermanent},
 		"client timeout":     {context.DeadlineExceeded, turn.KindUnavailable},

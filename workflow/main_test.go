@@ -13,6 +13,9 @@ import (
 	"github.com/turnstile-go/turnstile/internal/temporaldev"
 )
 
+// serverSignalLimit is the dev server's limit of signals per run in these tests.
+const serverSignalLimit = 300
+
 // dev is the package's one dev server, shared by every test that needs one (TestMain starts
 // it), or the reason there is none.
 var dev struct {
@@ -34,7 +37,10 @@ func runTests(m *testing.M) int {
 		return m.Run()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	srv, err := temporaldev.Start(ctx, nil, SearchAttributeTypes)
+	// A run takes at most serverSignalLimit signals here (10,000 by default), so that a test
+	// can reach the limit quickly.
+	srv, err := temporaldev.Start(ctx, nil, SearchAttributeTypes,
+		"--dynamic-config-value", fmt.Sprintf("history.maximumSignalsPerExecution=%d", serverSignalLimit))
 	cancel()
 	if err != nil {
 		dev.reason = err.Error()

@@ -75,8 +75,9 @@ func Args(searchAttributes map[string]enums.IndexedValueType) []string {
 }
 
 // Start starts a dev server in memory on a free port of 127.0.0.1 with the search attributes
-// given registered, its logs to logs (nil: discarded). Stop it with DevServer.Stop.
-func Start(ctx context.Context, logs io.Writer, searchAttributes map[string]enums.IndexedValueType) (*testsuite.DevServer, error) {
+// given registered and extra arguments for the CLI (such as "--dynamic-config-value",
+// "KEY=VALUE"), its logs to logs (nil: discarded). Stop it with DevServer.Stop.
+func Start(ctx context.Context, logs io.Writer, searchAttributes map[string]enums.IndexedValueType, extra ...string) (*testsuite.DevServer, error) {
 	path, err := CLIPath()
 	if err != nil {
 		return nil, err
@@ -88,7 +89,7 @@ func Start(ctx context.Context, logs io.Writer, searchAttributes map[string]enum
 		ExistingPath:  path,
 		ClientOptions: &client.Options{HostPort: "", Namespace: "default", Logger: quiet{}},
 		LogLevel:      "error",
-		ExtraArgs:     Args(searchAttributes),
+		ExtraArgs:     append(Args(searchAttributes), extra...),
 		Stdout:        logs,
 		Stderr:        logs,
 	})
