@@ -136,12 +136,7 @@ func TestContinueAsNewCarriesState(t *testing.T) {
 		env.SignalWorkflow(SignalName, Batch{Envelopes: []Envelope{reqs[0]}}) // a duplicate
 	}, time.Second)
 	env.ExecuteWorkflow(WorkflowName, State{ConversationID: conv, Config: Config{MaxTurnsPerRun: 4, DedupWindow: 3}})
-	err := env.GetWorkflowError()
-	var can *twf.ContinueAsNewError
-	require.ErrorAs(t, err, &can)
-	require.Equal(t, WorkflowName, can.WorkflowType.Name)
-	var next State
-	require.NoError(t, decodeArg(can, &next))
+	next := continuedState(t, env)
 	require.Equal(t, int64(5), next.NextSequence)
 	require.Equal(t, int64(4), next.Applied)
 	require.Len(t, next.Pending, 2)
@@ -149,8 +144,15 @@ func TestContinueAsNewCarriesState(t *testing.T) {
 	require.Equal(t, []int64{1, 2, 3, 4}, u.model.sequences())
 }
 
-func decodeArg(can *twf.ContinueAsNewError, v any) error {
-	return converter.GetDefaultDataConverter().FromPayloads(can.Input, v)
+// continuedState returns the State a run that continued as new handed to the next one.
+func continuedState(t *testing.T, env *testsuite.TestWorkflowEnvironment) State {
+	t.Helper()
+	var can *twf.ContinueAsNewError
+	require.ErrorAs(t, env.GetWorkflowError(), &can)
+	require.Equal(t, WorkflowName, can.WorkflowType.Name)
+	var next State
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &next))
+	return next
 }
 
 // A poison request is dead-lettered by the Runner, the activity publishes the dead letter and
@@ -224,10 +226,7 @@ func TestUpdateHeldAtGapDoesNotBlockContinueAsNew(t *testing.T) {
 		}, Envelope{Request: third})
 	}, time.Second)
 	env.ExecuteWorkflow(WorkflowName, State{ConversationID: conv, Config: Config{MaxTurnsPerRun: 1}})
-	var can *twf.ContinueAsNewError
-	require.ErrorAs(t, env.GetWorkflowError(), &can)
-	var next State
-	require.NoError(t, decodeArg(can, &next))
+	next := continuedState(t, env)
 	require.Len(t, next.Pending, 1)
 	require.Equal(t, third.ID, next.Pending[0].Request.ID, "the held request travels into the next run")
 	var appErr *temporal.ApplicationError
@@ -277,10 +276,7 @@ func TestContinueAsNewOnSignalCount(t *testing.T) {
 		env.SignalWorkflow(SignalName, batchOf(request(conv, 6, "m")))
 	}, time.Second)
 	env.ExecuteWorkflow(WorkflowName, State{ConversationID: conv, Config: Config{MaxSignalsPerRun: 3}})
-	var can *twf.ContinueAsNewError
-	require.ErrorAs(t, env.GetWorkflowError(), &can)
-	var next State
-	require.NoError(t, decodeArg(can, &next))
+	next := continuedState(t, env)
 	require.Empty(t, u.model.sequences(), "due before the first turn: all six travel on")
 	require.Len(t, next.Pending, 6)
 	require.Equal(t, int64(1), next.NextSequence)
