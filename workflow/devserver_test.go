@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/turnstile-go/turnstile/consumer"
 	"github.com/turnstile-go/turnstile/internal/kafkatest"
@@ -68,6 +69,37 @@ func TestDevServerFiveHundredSequencedAcrossRuns(t *testing.T) {
 
 	runs := s.runsOf(b.WorkflowID(conv))
 	require.GreaterOrEqual(t, runs, 5, "500 turns at 100 per run take at least 5 runs")
+	carried := 0
+	for _, st := range s.continuedStates(b.WorkflowID(conv)) {
+		if len(st.Pending) > 0 {
+			carried++
+		}
+	}
+	require.Positive(t, carried, "requests arrived while runs continued as new and were carried into the next run")
+}
+
+// continuedStates returns the State each continued-as-new run of a workflow id handed on.
+func (s *stack) continuedStates(workflowID string) []State {
+	s.t.Helper()
+	ctx := context.Background()
+	resp, err := s.client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+		Query: fmt.Sprintf("WorkflowId = '%s' AND ExecutionStatus = 'ContinuedAsNew'", workflowID),
+	})
+	require.NoError(s.t, err)
+	var out []State
+	for _, e := range resp.Executions {
+		it := s.client.GetWorkflowHistory(ctx, workflowID, e.Execution.RunId, false, enums.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT)
+		for it.HasNext() {
+			ev, err := it.Next()
+			require.NoError(s.t, err)
+			if attrs := ev.GetWorkflowExecutionContinuedAsNewEventAttributes(); attrs != nil {
+				var st State
+				require.NoError(s.t, converter.GetDefaultDataConverter().FromPayloads(attrs.Input, &st))
+				out = append(out, st)
+			}
+		}
+	}
+	return out
 }
 
 // runsOf counts the runs of a workflow id (the visibility store catches up eventually).
