@@ -68,6 +68,7 @@ func TestDevServerSubmitAcrossContinueAsNew(t *testing.T) {
 	// most one per caller) before it does: at least 100 / (10 + callers) runs.
 	require.GreaterOrEqual(t, s.runsOf(b.WorkflowID(conv)), 100/(10+callers))
 	require.Positive(t, b.resubmits.Load(), "some updates reached a run at its continue-as-new moment")
+	require.NotEmpty(t, s.logs.matching("continuing as new"), "the workflows' logs reach the capture")
 	require.Empty(t, s.logs.matching("TMPRL1102"), "no update handler left unfinished")
 	require.Empty(t, s.logs.matching("still running"))
 }
