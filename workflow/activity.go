@@ -53,6 +53,10 @@ type WorkerOptions struct {
 	// attempts, and an outage (turn.KindUnavailable) spends none. Defaults DefaultRetryInitial
 	// and DefaultRetryMax.
 	RetryInitial, RetryMax time.Duration
+	// States keeps the State of a conversation whose run ended idle for its next run (the
+	// sequence mark, the dedup window); SQLLedger is one. Without it idle runs do not end.
+	// Give every worker of the task queue the same setting.
+	States StateStore
 	// Logger gets a line per dead letter and per failed publish; default slog.Default().
 	Logger *slog.Logger
 }
@@ -89,6 +93,10 @@ func Register(w tworker.Registry, opts WorkerOptions) error {
 	a := &worker{opts: opts}
 	w.RegisterWorkflowWithOptions(a.Conversation, twf.RegisterOptions{Name: WorkflowName})
 	w.RegisterActivityWithOptions(a.ApplyTurn, activity.RegisterOptions{Name: ActivityName})
+	if opts.States != nil {
+		w.RegisterActivityWithOptions(a.LoadState, activity.RegisterOptions{Name: LoadStateActivityName})
+		w.RegisterActivityWithOptions(a.SaveState, activity.RegisterOptions{Name: SaveStateActivityName})
+	}
 	return nil
 }
 

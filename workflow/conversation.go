@@ -27,6 +27,9 @@ type conversation struct {
 	// published is what the search attributes last said, to upsert only on change.
 	published  searchValues
 	beforeTurn func(twf.Context)
+	// loading is set while a fresh run loads the State of the conversation's previous run;
+	// submit handlers wait for it.
+	loading bool
 	// draining is set once the run is due to continue as new: new submit updates are
 	// rejected (Submit retries them on the next run) so that the handlers in flight can finish.
 	draining bool
@@ -47,7 +50,9 @@ type conversation struct {
 // Config.MaxHistoryEvents history events or when the server suggests it, once every update
 // handler has finished and the signal channel is drained, carrying the pending requests, the
 // sequence mark and the dedup window. A run with nothing pending ends after
-// Config.IdleTimeout; the next request starts a new one (SignalWithStart).
+// Config.IdleTimeout when the workers have a StateStore (WorkerOptions.States): it saves its
+// State there, and the next request starts a new run (SignalWithStart) that loads it, so the
+// sequence mark and the dedup window survive. Without a StateStore an idle run keeps waiting.
 func (a *worker) Conversation(ctx twf.Context, st State) error {
 	c := &conversation{State: st, cfg: st.Config.withDefaults(), waiting: map[string]int{}, outcomes: map[string]Outcome{}, beforeTurn: a.beforeTurn}
 	c.runID = twf.GetInfo(ctx).WorkflowExecution.RunID
@@ -59,6 +64,9 @@ func (a *worker) Conversation(ctx twf.Context, st State) error {
 		c.recentSet[id] = true
 	}
 	if err := c.setHandlers(ctx); err != nil {
+		return err
+	}
+	if err := a.loadState(ctx, c); err != nil {
 		return err
 	}
 	actx := twf.WithActivityOptions(ctx, a.activityOptions())
@@ -83,8 +91,11 @@ func (a *worker) Conversation(ctx twf.Context, st State) error {
 			return err // the workflow was cancelled
 		}
 		if !ok && len(c.Pending) == 0 && signals.Len() == 0 && twf.AllHandlersFinished(ctx) {
-			log.Info("conversation idle; run ends", "conversation_id", c.ConversationID, "applied", c.Applied)
-			return nil
+			end, err := a.endIdle(ctx, c, signals)
+			if err != nil || end {
+				log.Info("conversation idle; run ends", "conversation_id", c.ConversationID, "applied", c.Applied)
+				return err
+			}
 		}
 	}
 }

@@ -316,3 +316,31 @@ func TestRetriesAndAttempts(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, entry.Attempts, "the rate-limited try spent no attempt")
 }
+
+// A run that ends idle saves its State; the conversation's next run (started by the next
+// request) loads it, so the sequence mark and the dedup window survive the gap between runs.
+func TestIdleEndKeepsStateForNextRun(t *testing.T) {
+	t.Parallel()
+	u, env := newEnv(t)
+	const conv = "c-idle"
+	r1, r2, r3 := request(conv, 1, "one"), request(conv, 2, "two"), request(conv, 3, "three")
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalName, batchOf(r1, r2)) }, time.Second)
+	env.ExecuteWorkflow(WorkflowName, State{ConversationID: conv, Config: Config{IdleTimeout: time.Minute}})
+	require.NoError(t, env.GetWorkflowError())
+	saved, found, err := u.states.LoadState(context.Background(), conv)
+	require.NoError(t, err)
+	require.True(t, found, "the idle run saved its state")
+	require.Equal(t, int64(3), saved.NextSequence)
+
+	var s testsuite.WorkflowTestSuite
+	next := s.NewTestWorkflowEnvironment()
+	require.NoError(t, Register(next, u.opts))
+	var st Status
+	next.RegisterDelayedCallback(func() { next.SignalWorkflow(SignalName, batchOf(r2, r3)) }, time.Second)
+	next.RegisterDelayedCallback(func() { st = queryStatus(t, next) }, 30*time.Second)
+	next.ExecuteWorkflow(WorkflowName, State{ConversationID: conv, Config: Config{IdleTimeout: time.Minute}})
+	require.NoError(t, next.GetWorkflowError())
+	require.Equal(t, []int64{1, 2, 3}, u.model.sequences(), "3 applied at once, the redelivered 2 dropped")
+	require.Equal(t, int64(3), st.LastAppliedSequence)
+	require.Equal(t, int64(3), st.Applied)
+}

@@ -12,6 +12,10 @@ import (
 // request was dead-lettered; the error's message carries the reason.
 const ErrDeadLettered = "DeadLettered"
 
+// errTypeDuplicate is the type of the error of a submit update whose request turned out to
+// be a duplicate or stale once a fresh run had loaded its conversation's State.
+const errTypeDuplicate = "Duplicate"
+
 // errTypeContinuing is the type of the rejection of a submit update that reached a run about
 // to continue as new; Submit sends it again, and it lands on the next run.
 const errTypeContinuing = "ContinuingAsNew"
@@ -44,8 +48,8 @@ func (c *conversation) validateSubmit(_ twf.Context, env Envelope) error {
 		return errors.New("submit: request id missing")
 	case req.ConversationID != c.ConversationID:
 		return fmt.Errorf("submit: request %s names conversation %q, this workflow is %q", req.ID, req.ConversationID, c.ConversationID)
-	case c.pendingIndex(req.ID) >= 0:
-		return nil
+	case c.pendingIndex(req.ID) >= 0, c.loading:
+		return nil // pending: the update waits for it; loading: the handler checks once loaded
 	}
 	if reason := c.duplicate(env); reason != "" {
 		return fmt.Errorf("submit: request %s rejected as a duplicate or stale: %s", req.ID, reason)
@@ -73,7 +77,13 @@ func (c *conversation) submit(ctx twf.Context, env Envelope) (*Outcome, error) {
 			delete(c.outcomes, id)
 		}
 	}()
+	if err := twf.Await(ctx, func() bool { return !c.loading }); err != nil {
+		return nil, err
+	}
 	if c.pendingIndex(id) < 0 {
+		if reason := c.duplicate(env); reason != "" {
+			return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("submit: request %s rejected as a duplicate or stale: %s", id, reason), errTypeDuplicate, nil)
+		}
 		c.accept(ctx, env)
 	}
 	if err := twf.Await(ctx, func() bool {

@@ -106,14 +106,15 @@ type unit struct {
 	inbox     *inbox.MemoryInbox
 	runner    *turn.Runner
 	publisher *recordingPublisher
+	states    *MemoryLedger
 	opts      WorkerOptions
 }
 
 func newUnit(t *testing.T) *unit {
 	t.Helper()
-	u := &unit{model: &recordingModel{}, sessions: session.NewMemoryStore(), inbox: inbox.NewMemoryInbox(), publisher: &recordingPublisher{}}
+	u := &unit{model: &recordingModel{}, sessions: session.NewMemoryStore(), inbox: inbox.NewMemoryInbox(), publisher: &recordingPublisher{}, states: &MemoryLedger{}}
 	u.runner = &turn.Runner{Model: u.model, Sessions: u.sessions, Inbox: u.inbox, TurnTimeout: 10 * time.Second}
-	u.opts = WorkerOptions{Runner: u.runner, Publisher: u.publisher}
+	u.opts = WorkerOptions{Runner: u.runner, Publisher: u.publisher, States: u.states}
 	return u
 }
 

@@ -26,13 +26,34 @@ type Ledger interface {
 	Conversations(ctx context.Context, before time.Time) ([]string, error)
 }
 
-// MemoryLedger is a Ledger in memory, for tests and single-process demos: it is not durable.
+// MemoryLedger is a Ledger and a StateStore in memory, for tests and single-process demos: it
+// is not durable.
 type MemoryLedger struct {
 	// NowFunc returns the current time; default time.Now.
 	NowFunc func() time.Time
 
-	mu    sync.Mutex
-	convs map[string]*memoryConv
+	mu     sync.Mutex
+	convs  map[string]*memoryConv
+	states map[string]State
+}
+
+// SaveState implements StateStore.
+func (l *MemoryLedger) SaveState(_ context.Context, st State) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.states == nil {
+		l.states = map[string]State{}
+	}
+	l.states[st.ConversationID] = st
+	return nil
+}
+
+// LoadState implements StateStore.
+func (l *MemoryLedger) LoadState(_ context.Context, conversationID string) (State, bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st, ok := l.states[conversationID]
+	return st, ok, nil
 }
 
 type memoryConv struct {

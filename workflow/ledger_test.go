@@ -53,6 +53,19 @@ func TestLedgers(t *testing.T) {
 			convs, err = l.Conversations(ctx, time.Now().Add(-time.Hour))
 			require.NoError(t, err)
 			require.Empty(t, convs)
+
+			states := l.(StateStore)
+			_, found, err := states.LoadState(ctx, "c1")
+			require.NoError(t, err)
+			require.False(t, found)
+			for _, next := range []int64{4, 9} {
+				require.NoError(t, states.SaveState(ctx, State{ConversationID: "c1", NextSequence: next, Recent: []string{"a", "b"}}))
+			}
+			st, found, err := states.LoadState(ctx, "c1")
+			require.NoError(t, err)
+			require.True(t, found)
+			require.Equal(t, int64(9), st.NextSequence, "the last save wins")
+			require.Equal(t, []string{"a", "b"}, st.Recent)
 		})
 	}
 }

@@ -176,6 +176,7 @@ func TestDevServerWorkerKilledMidTurn(t *testing.T) {
 
 	// Another worker, this process, with a model that calls the same tool and answers.
 	s.startWorker(func(o *WorkerOptions) {
+		o.States = nil // as in the worker process: the workers of a task queue agree on it
 		o.HeartbeatTimeout = 2 * time.Second
 		o.Runner.Model = turn.ModelFunc(func(ctx context.Context, in turn.Input) (turn.Output, error) {
 			if err := refund(ctx, db, in); err != nil {

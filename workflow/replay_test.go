@@ -26,11 +26,16 @@ import (
 // that is meant to be incompatible, and say so in the commit.
 const envRecordHistories = "TURNSTILE_RECORD_HISTORIES"
 
+// recordVersion names the histories recorded by this code: v0 before the StateStore
+// (workflow.GetVersion changes turnstile-load-state and turnstile-idle-save), v1 with it.
+// Keep the older files: the workflow must replay them all.
+const recordVersion = "v1"
+
 // replayer returns a replayer with the conversation workflow registered; beforeTurn, when not
 // nil, modifies the workflow.
 func replayer(beforeTurn func(twf.Context)) tworker.WorkflowReplayer {
 	r := tworker.NewWorkflowReplayer()
-	a := &worker{opts: WorkerOptions{Runner: &turn.Runner{}}, beforeTurn: beforeTurn}
+	a := &worker{opts: WorkerOptions{Runner: &turn.Runner{}, States: &MemoryLedger{}}, beforeTurn: beforeTurn}
 	r.RegisterWorkflowWithOptions(a.Conversation, twf.RegisterOptions{Name: WorkflowName})
 	return r
 }
@@ -99,9 +104,9 @@ func TestDevServerRecordHistories(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, resp.Executions, 2)
 	for _, e := range resp.Executions {
-		name := "history_completed.json"
+		name := "history_" + recordVersion + "_completed.json"
 		if e.Status == enums.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW {
-			name = "history_continued.json"
+			name = "history_" + recordVersion + "_continued.json"
 		}
 		writeHistory(t, s.client, id, e.Execution.RunId, filepath.Join(dir, name))
 	}

@@ -21,15 +21,19 @@ const (
 )
 
 // SQLLedger is a durable Ledger in a table of PostgreSQL or SQLite, PREFIX+"handoffs", one row
-// per (conversation, sequence). Share it between the bridges of all members, next to the
-// session store and the inbox. It is safe for concurrent use by goroutines and processes;
-// call Migrate before the first use.
+// per (conversation, sequence), and a StateStore in PREFIX+"conversation_states", one row per
+// conversation whose run ended idle. Share it between the bridges and workers of all members,
+// next to the session store and the inbox. It is safe for concurrent use by goroutines and
+// processes; call Migrate before the first use.
 type SQLLedger struct {
 	db *sql.DB
 	d  *sqldialect.Dialect
 }
 
-var _ Ledger = (*SQLLedger)(nil)
+var (
+	_ Ledger     = (*SQLLedger)(nil)
+	_ StateStore = (*SQLLedger)(nil)
+)
 
 var ledgerMigrations = []sqldialect.Migration{{Version: 1, Statements: []string{
 	`CREATE TABLE {p}handoffs (
@@ -41,6 +45,12 @@ var ledgerMigrations = []sqldialect.Migration{{Version: 1, Statements: []string{
 		PRIMARY KEY (conversation_id, sequence)
 	)`,
 	`CREATE INDEX {p}handoffs_handed_at ON {p}handoffs (handed_at)`,
+}}, {Version: 2, Statements: []string{
+	`CREATE TABLE {p}conversation_states (
+		conversation_id TEXT PRIMARY KEY,
+		state {bytes} NOT NULL,
+		saved_at {time} NOT NULL
+	)`,
 }}}
 
 // NewSQLLedger returns a ledger on db with tables named prefix+"handoffs" (prefix "" means
@@ -142,4 +152,37 @@ func (l *SQLLedger) Conversations(ctx context.Context, before time.Time) ([]stri
 		out = append(out, id)
 	}
 	return out, rows.Err()
+}
+
+// SaveState implements StateStore.
+func (l *SQLLedger) SaveState(ctx context.Context, st State) error {
+	data, err := json.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("workflow: ledger: encode state of %s: %w", st.ConversationID, err)
+	}
+	q := l.d.Query(`INSERT INTO {p}conversation_states (conversation_id, state, saved_at) VALUES ($1, $2, $3)
+		ON CONFLICT (conversation_id) DO UPDATE SET state = excluded.state, saved_at = excluded.saved_at`)
+	return l.d.Write(ctx, l.db, func() error {
+		if _, err := l.db.ExecContext(ctx, q, st.ConversationID, data, l.d.Time(time.Now())); err != nil {
+			return fmt.Errorf("workflow: ledger: save state of %s: %w", st.ConversationID, sqldialect.ClassifyContext(ctx, err))
+		}
+		return nil
+	})
+}
+
+// LoadState implements StateStore.
+func (l *SQLLedger) LoadState(ctx context.Context, conversationID string) (State, bool, error) {
+	var data []byte
+	err := l.db.QueryRowContext(ctx, l.d.Query(`SELECT state FROM {p}conversation_states WHERE conversation_id = $1`), conversationID).Scan(&data)
+	if errors.Is(err, sql.ErrNoRows) {
+		return State{}, false, nil
+	}
+	if err != nil {
+		return State{}, false, fmt.Errorf("workflow: ledger: load state of %s: %w", conversationID, sqldialect.ClassifyContext(ctx, err))
+	}
+	var st State
+	if err := json.Unmarshal(data, &st); err != nil {
+		return State{}, false, fmt.Errorf("workflow: ledger: the stored state of %s does not decode: %w", conversationID, err)
+	}
+	return st, true, nil
 }

@@ -43,13 +43,14 @@ type stack struct {
 	client                 client.Client
 	taskQueue              string
 	model                  *recordingModel
+	states                 *MemoryLedger // the workers' StateStore
 	logs                   *logCapture
 }
 
 func newStack(t testing.TB, partitions int32) *stack {
 	t.Helper()
 	host := needServer(t)
-	s := &stack{t: t, model: &recordingModel{}, logs: &logCapture{}}
+	s := &stack{t: t, model: &recordingModel{}, states: &MemoryLedger{}, logs: &logCapture{}}
 	s.cluster = kafkatest.Start(t, kafkatest.Options{})
 	s.requests = s.cluster.CreateTopic(t, "requests", partitions)
 	s.results = s.cluster.CreateTopic(t, "results", partitions)
@@ -87,7 +88,7 @@ func (s *stack) startWorker(tune func(*WorkerOptions)) tworker.Worker {
 	pub, err := NewKafkaPublisher(s.cluster.Brokers(), s.cluster.Config(), s.results, s.dlq)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
-	opts := WorkerOptions{Runner: s.runner(s.model), Publisher: pub, Logger: slog.New(s.logs), RetryInitial: 50 * time.Millisecond, RetryMax: time.Second}
+	opts := WorkerOptions{Runner: s.runner(s.model), Publisher: pub, States: s.states, Logger: slog.New(s.logs), RetryInitial: 50 * time.Millisecond, RetryMax: time.Second}
 	if tune != nil {
 		tune(&opts)
 	}

@@ -121,7 +121,7 @@ func newWorker(c client.Client, st *stores, brokers []string, model turn.ModelCl
 	}
 	wk := tworker.New(c, TaskQueue, tworker.Options{})
 	runner := &turn.Runner{Model: model, Sessions: st.sessions, Inbox: st.inbox, TurnTimeout: 30 * time.Second, Logger: log}
-	if err := workflow.Register(wk, workflow.WorkerOptions{Runner: runner, Publisher: pub, HeartbeatTimeout: heartbeatTimeout, Logger: log}); err != nil {
+	if err := workflow.Register(wk, workflow.WorkerOptions{Runner: runner, Publisher: pub, States: st.ledger, HeartbeatTimeout: heartbeatTimeout, Logger: log}); err != nil {
 		return nil, err
 	}
 	return wk, wk.Start()
