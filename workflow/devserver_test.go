@@ -250,3 +250,28 @@ func TestDevServerSearchAttributes(t *testing.T) {
 		return len(ids) == 1
 	}, wait, 100*time.Millisecond)
 }
+
+// An idle conversation's run ends after the idle timeout, and the next request starts a new
+// run that continues from the saved sequence mark.
+func TestDevServerIdleEndAndNewRun(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, 1)
+	s.startWorker(nil)
+	b := s.bridge(BridgeOptions{Config: Config{IdleTimeout: time.Second}})
+	conv := s.cluster.Unique("idle")
+	ctx := context.Background()
+	for seq := int64(1); seq <= 2; seq++ {
+		_, err := b.Handle(ctx, request(conv, seq, "before the pause"))
+		require.NoError(t, err)
+	}
+	s.waitApplied(b, conv, 2)
+	require.Eventually(t, func() bool {
+		desc, err := s.client.DescribeWorkflowExecution(ctx, b.WorkflowID(conv), "")
+		return err == nil && desc.WorkflowExecutionInfo.Status == enums.WORKFLOW_EXECUTION_STATUS_COMPLETED
+	}, wait, 50*time.Millisecond, "the idle run ends")
+	_, err := b.Handle(ctx, request(conv, 3, "after the pause"))
+	require.NoError(t, err)
+	st := s.waitApplied(b, conv, 3)
+	require.Equal(t, int64(3), st.LastAppliedSequence, "the new run continued from the saved mark")
+	require.Equal(t, []int64{1, 2, 3}, s.model.sequences())
+}

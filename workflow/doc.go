@@ -21,7 +21,7 @@
 //	c, _ := client.Dial(client.Options{HostPort: hp, ContextPropagators: []workflow.ContextPropagator{workflow.NewContextPropagator()}})
 //	w := worker.New(c, "turnstile", worker.Options{})
 //	pub, _ := workflow.NewKafkaPublisher(brokers, nil, "agent.results", "agent.requests.dlq")
-//	_ = workflow.Register(w, workflow.WorkerOptions{Runner: runner, Publisher: pub})
+//	_ = workflow.Register(w, workflow.WorkerOptions{Runner: runner, Publisher: pub, States: ledger})
 //	_ = w.Run(worker.InterruptCh())
 //
 // On each consumer member (the tap hands the record headers, such as traceparent, to the
@@ -50,7 +50,9 @@
 //     pending requests, the sequence mark and a bounded window of applied request ids travel
 //     into the next run. While signals keep arriving the server refuses the continue-as-new
 //     command and retries the task, so a run's history can overshoot the thresholds a little.
-//   - A run with nothing pending ends after Config.IdleTimeout; the next request starts one.
+//   - A run with nothing pending ends after Config.IdleTimeout, saving its State in the
+//     workers' StateStore (WorkerOptions.States); the next request starts a new run, which
+//     loads it and goes on from the same sequence mark. Without a store idle runs keep waiting.
 //   - Activity inputs carry the request and its ids, never the transcript: the session store
 //     holds the context, so a run's history stays small however long the conversation (20
 //     turns over 300 KB contexts each stay near 30 KB of history in the tests).

@@ -19,8 +19,8 @@ import (
 // turns, and a consumer member whose handler is the bridge.
 func Example() {
 	ctx := context.Background()
-	var runner *turn.Runner    // the host's Runner: model, session store, inbox
-	var ledger workflow.Ledger // workflow.NewSQLLedger on the stores' database
+	var runner *turn.Runner        // the host's Runner: model, session store, inbox
+	var ledger *workflow.SQLLedger // on the stores' database: hand-offs and idle runs' states
 	brokers := []string{"kafka:9092"}
 
 	c, err := client.Dial(client.Options{
@@ -37,7 +37,7 @@ func Example() {
 		return
 	}
 	w := worker.New(c, "turnstile", worker.Options{})
-	if err := workflow.Register(w, workflow.WorkerOptions{Runner: runner, Publisher: pub}); err != nil {
+	if err := workflow.Register(w, workflow.WorkerOptions{Runner: runner, Publisher: pub, States: ledger}); err != nil {
 		fmt.Println(err)
 		return
 	}
