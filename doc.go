@@ -58,9 +58,11 @@
 //	return c.Run(ctx)
 //
 // The packages: turn (envelopes, Runner, error kinds), session and inbox (interfaces,
-// in-memory and SQL implementations, conformance suites), consumer (the Kafka consumer).
-// See the examples directory for runnable programs: examples/quickstart runs the whole thing
-// on an embedded broker with one command.
+// in-memory and SQL implementations, conformance suites), consumer (the Kafka consumer),
+// workflow (Temporal mode: a durable workflow per conversation, fed by the consumer through a
+// bridge, with the same guarantees and Temporal's history as the record). See the examples
+// directory for runnable programs: examples/quickstart runs the whole thing on an embedded
+// broker with one command, examples/temporal does it in Temporal mode.
 package turnstile
 
 import (

@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/turnstile-go/turnstile/consumer"
+	"github.com/turnstile-go/turnstile/internal/embedkafka"
+	"github.com/turnstile-go/turnstile/session"
+	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/workflow"
+)
+
+// syncMap is a map safe for concurrent use.
+type syncMap struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+func (s *syncMap) store(k, v string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string]string{}
+	}
+	s.m[k] = v
+}
+
+func (s *syncMap) load(k string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.m[k]
+	return v, ok
+}
+
+// watcher reads the results topic from the start, counting records per request id.
+type watcher struct {
+	c       sarama.Consumer
+	mu      sync.Mutex
+	results map[string]int
+	records int
+	changed chan struct{}
+}
+
+func newWatcher(brokers []string) (*watcher, error) {
+	c, err := sarama.NewConsumer(brokers, embedkafka.Config())
+	if err != nil {
+		return nil, err
+	}
+	w := &watcher{c: c, results: map[string]int{}, changed: make(chan struct{}, 1)}
+	for p := range int32(Partitions) {
+		pc, err := c.ConsumePartition(ResultsTopic, p, sarama.OffsetOldest)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		go func() {
+			for m := range pc.Messages() {
+				for _, h := range m.Headers {
+					if string(h.Key) == consumer.HeaderRequestID {
+						w.mu.Lock()
+						w.results[string(h.Value)]++
+						w.records++
+						w.mu.Unlock()
+					}
+				}
+				select {
+				case w.changed <- struct{}{}:
+				default:
+				}
+			}
+		}()
+	}
+	return w, nil
+}
+
+func (w *watcher) close() { _ = w.c.Close() }
+
+func (w *watcher) counts() (distinct, records int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.results), w.records
+}
+
+// waitFor waits until n distinct request ids have a result.
+func (w *watcher) waitFor(ctx context.Context, n int, timeout time.Duration) error {
+	deadline := time.After(timeout)
+	for {
+		if d, _ := w.counts(); d >= n {
+			return nil
+		}
+		select {
+		case <-w.changed:
+		case <-deadline:
+			d, _ := w.counts()
+			return fmt.Errorf("%d of %d requests have a result after %s", d, n, timeout)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Summary is what a run saw and checked.
+type Summary struct {
+	Requests, Conversations int
+	// Turns counts the turns in the session histories; ModelCalls the calls of the in-process
+	// workers' model (the killed worker's call is not counted).
+	Turns      int
+	ModelCalls int64
+	// Results counts the distinct request ids on the results topic; ResultRecords its records.
+	Results, ResultRecords int
+	// Refunds counts the tool's side effects; RefundCalls how often it was asked.
+	Refunds, RefundCalls int
+	// KilledRequest is the request whose turn the killed worker was running.
+	KilledRequest string
+	Elapsed       time.Duration
+	Checks        []Check
+}
+
+// Check is one PASS/FAIL line of the summary.
+type Check struct {
+	Name   string
+	OK     bool
+	Detail string
+}
+
+// OK reports whether every check passed.
+func (s Summary) OK() bool {
+	for _, c := range s.Checks {
+		if !c.OK {
+			return false
+		}
+	}
+	return len(s.Checks) > 0
+}
+
+func (s *Summary) add(name string, ok bool, format string, args ...any) {
+	s.Checks = append(s.Checks, Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)})
+}
+
+func (s Summary) print(out io.Writer) {
+	fmt.Fprintf(out, "\nrequests %d over %d conversations in %.1fs: %d turns, %d model calls, %d results (%d records), %d refunds (%d tool calls)\n",
+		s.Requests, s.Conversations, s.Elapsed.Seconds(), s.Turns, s.ModelCalls, s.Results, s.ResultRecords, s.Refunds, s.RefundCalls)
+	for _, c := range s.Checks {
+		status := "PASS"
+		if !c.OK {
+			status = "FAIL"
+		}
+		fmt.Fprintf(out, "%s  %s: %s\n", status, c.Name, c.Detail)
+	}
+}
+
+// check fills in the summary's counts and checks.
+func check(ctx context.Context, sum *Summary, w *world, wl *workload, watch *watcher, model *demoModel) error {
+	sum.Results, sum.ResultRecords = watch.counts()
+	sum.ModelCalls = model.calls.Load()
+	ordered, badReply, missingTrace, behind := 0, "", 0, ""
+	for _, conv := range wl.convs {
+		reqs := wl.reqs[conv]
+		sess, err := w.st.sessions.Get(ctx, session.Key{App: turn.DefaultApp, User: reqs[0].UserID, Conversation: conv}, 10_000)
+		if err != nil {
+			return fmt.Errorf("session %s: %w", conv, err)
+		}
+		sum.Turns += int(sess.EventCount / 2)
+		good := len(sess.Events) == 2*len(reqs)
+		for i := 0; good && i < len(reqs); i++ {
+			user, answer := sess.Events[2*i], sess.Events[2*i+1]
+			prev := ""
+			if i > 0 {
+				prev = reqs[i-1].Text
+			}
+			good = user.Text == reqs[i].Text && user.RequestID == reqs[i].ID && answer.Text == reply(int64(i+1), prev)
+			if !good && badReply == "" {
+				badReply = fmt.Sprintf("; first wrong: %s turn %d: %q", conv, i+1, answer.Text)
+			}
+		}
+		if good {
+			ordered++
+		}
+		for _, r := range reqs {
+			if tp, ok := model.traces.load(r.ID); ok && tp != wl.trace[r.ID] {
+				missingTrace++
+			}
+		}
+		var st workflow.Status
+		v, err := w.client.QueryWorkflow(ctx, workflow.DefaultIDPrefix+conv, "", workflow.QueryStatus)
+		if err == nil {
+			err = v.Get(&st)
+		}
+		if (err != nil || st.LastAppliedSequence != int64(len(reqs))) && behind == "" {
+			behind = fmt.Sprintf("; first behind: %s applied %d of %d (%v)", conv, st.LastAppliedSequence, len(reqs), err)
+		}
+	}
+	if err := w.st.db.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM refunds), (SELECT COUNT(*) FROM refund_calls)`).Scan(&sum.Refunds, &sum.RefundCalls); err != nil {
+		return err
+	}
+	killedTurn, err := w.st.sessions.FindTurn(ctx, keyOf(wl, sum.KilledRequest), sum.KilledRequest)
+	committed, end, err2 := offsets(w.brokers)
+
+	sum.add("every request applied once", sum.Turns == sum.Requests, "%d turns for %d requests", sum.Turns, sum.Requests)
+	sum.add("in order, with context", ordered == sum.Conversations, "%d of %d conversations hold every turn in sequence order with the expected replies%s", ordered, sum.Conversations, badReply)
+	sum.add("workflows applied up to their last sequence", behind == "", "lastAppliedSequence of every conversation's workflow equals its last request's sequence%s", behind)
+	sum.add("one result per request", sum.Results == sum.Requests, "%d distinct request ids on %s, %d records", sum.Results, ResultsTopic, sum.ResultRecords)
+	sum.add("the killed worker's turn finished elsewhere", err == nil && len(killedTurn) == 2, "request %s: its turn is in the session once (%d events, err %v)", sum.KilledRequest, len(killedTurn), err)
+	sum.add("refunds once per request", sum.Refunds == sum.Requests && sum.RefundCalls > sum.Requests, "%d refunds for %d requests, %d tool calls", sum.Refunds, sum.Requests, sum.RefundCalls)
+	sum.add("traceparent reached the model", missingTrace == 0 && model.traces.size() > 0, "%d turns saw another traceparent than produced", missingTrace)
+	sum.add("offsets committed to the end", err2 == nil && committed == end, "%d of %d records (err %v)", committed, end, err2)
+	return nil
+}
+
+func keyOf(wl *workload, requestID string) session.Key {
+	for _, conv := range wl.convs {
+		for _, r := range wl.reqs[conv] {
+			if r.ID == requestID {
+				return session.Key{App: turn.DefaultApp, User: r.UserID, Conversation: conv}
+			}
+		}
+	}
+	return session.Key{}
+}
+
+// offsets returns the group's committed offsets and the requests topic's end offsets, summed.
+func offsets(brokers []string) (committed, end int64, err error) {
+	client, err := sarama.NewClient(brokers, embedkafka.Config())
+	if err != nil {
+		return 0, 0, err
+	}
+	defer client.Close()
+	admin, err := sarama.NewClusterAdminFromClient(client)
+	if err != nil {
+		return 0, 0, err
+	}
+	parts := make([]int32, Partitions)
+	for i := range parts {
+		parts[i] = int32(i)
+	}
+	resp, err := admin.ListConsumerGroupOffsets(group, map[string][]int32{RequestsTopic: parts})
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, p := range parts {
+		if b := resp.GetBlock(RequestsTopic, p); b != nil && b.Offset > 0 {
+			committed += b.Offset
+		}
+		hw, err := client.GetOffset(RequestsTopic, p, sarama.OffsetNewest)
+		if err != nil {
+			return 0, 0, err
+		}
+		end += hw
+	}
+	return committed, end, nil
+}
+
+func (s *syncMap) size() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m)
+}

@@ -1,0 +1,231 @@
+package workflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	tworker "go.temporal.io/sdk/worker"
+	twf "go.temporal.io/sdk/workflow"
+
+	"github.com/turnstile-go/turnstile/turn"
+)
+
+// Defaults of WorkerOptions.
+const (
+	DefaultHeartbeatTimeout = 10 * time.Second
+	DefaultRetryInitial     = 200 * time.Millisecond
+	DefaultRetryMax         = 10 * time.Second
+	// activityMargin is added to the Runner's whole-turn deadline for the activity's
+	// start-to-close timeout: the inbox bookkeeping and the publish run after the turn.
+	activityMargin = 30 * time.Second
+)
+
+// Error types of the activity's ApplicationErrors, which the retry policy and the workflow
+// read.
+const (
+	// errTypeRateLimited marks a turn.RetryAfter failure; its NextRetryDelay is the model's.
+	errTypeRateLimited = "RateLimited"
+	// errTypePermanent is never retried (a publish that can never succeed, a bad envelope).
+	errTypePermanent = "Permanent"
+)
+
+// WorkerOptions configure the conversation workflow and its activity on a worker.
+type WorkerOptions struct {
+	// Runner runs each turn; required. Its whole-turn deadline (TurnTimeout) plus a margin is
+	// the activity's start-to-close timeout, and its MaxAttempts is the attempt limit: the
+	// inbox stays the authority on attempts across workers and crashes.
+	Runner *turn.Runner
+	// Publisher publishes results and dead letters; required. NewKafkaPublisher publishes
+	// them as the consumer does.
+	Publisher Publisher
+	// HeartbeatTimeout is how long the server waits without a heartbeat before it retries a
+	// turn on another worker (a worker killed mid-call); the activity heartbeats every third
+	// of it. Default DefaultHeartbeatTimeout.
+	HeartbeatTimeout time.Duration
+	// RetryInitial and RetryMax shape the activity's exponential retry interval (coefficient
+	// 2). Retries are unlimited in count: the Runner dead-letters after MaxAttempts failed
+	// attempts, and an outage (turn.KindUnavailable) spends none. Defaults DefaultRetryInitial
+	// and DefaultRetryMax.
+	RetryInitial, RetryMax time.Duration
+	// States keeps the State of a conversation whose run ended idle for its next run (the
+	// sequence mark, the dedup window); SQLLedger is one. Without it idle runs do not end.
+	// Give every worker of the task queue the same setting.
+	States StateStore
+	// Logger gets a line per dead letter and per failed publish; default slog.Default().
+	Logger *slog.Logger
+}
+
+// worker holds what the workflow and the activity of one worker share.
+type worker struct {
+	opts WorkerOptions
+	// beforeTurn, when set, runs in the workflow before each turn's activity: the replay test
+	// uses it to change the command sequence, the way a careless edit would.
+	beforeTurn func(twf.Context)
+}
+
+// Register registers the conversation workflow (WorkflowName) and the turn activity
+// (ActivityName) on a Temporal worker. It fails when Runner or Publisher is missing.
+func Register(w tworker.Registry, opts WorkerOptions) error {
+	if err := opts.Runner.Validate(); err != nil {
+		return fmt.Errorf("workflow: WorkerOptions.Runner: %w", err)
+	}
+	if opts.Publisher == nil {
+		return errors.New("workflow: WorkerOptions.Publisher is nil")
+	}
+	if opts.HeartbeatTimeout <= 0 {
+		opts.HeartbeatTimeout = DefaultHeartbeatTimeout
+	}
+	if opts.RetryInitial <= 0 {
+		opts.RetryInitial = DefaultRetryInitial
+	}
+	if opts.RetryMax <= 0 {
+		opts.RetryMax = DefaultRetryMax
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	a := &worker{opts: opts}
+	w.RegisterWorkflowWithOptions(a.Conversation, twf.RegisterOptions{Name: WorkflowName})
+	w.RegisterActivityWithOptions(a.ApplyTurn, activity.RegisterOptions{Name: ActivityName})
+	if opts.States != nil {
+		w.RegisterActivityWithOptions(a.LoadState, activity.RegisterOptions{Name: LoadStateActivityName})
+		w.RegisterActivityWithOptions(a.SaveState, activity.RegisterOptions{Name: SaveStateActivityName})
+	}
+	return nil
+}
+
+// activityOptions are the turn activity's options. Timeouts are not part of a workflow's
+// determinism check, so a worker with another Runner.TurnTimeout may replay the history.
+func (a *worker) activityOptions() twf.ActivityOptions {
+	turnTimeout := a.opts.Runner.TurnTimeout
+	if turnTimeout <= 0 {
+		turnTimeout = turn.DefaultTurnTimeout
+	}
+	return twf.ActivityOptions{
+		StartToCloseTimeout: turnTimeout + activityMargin,
+		HeartbeatTimeout:    a.opts.HeartbeatTimeout,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:        a.opts.RetryInitial,
+			BackoffCoefficient:     2,
+			MaximumInterval:        a.opts.RetryMax,
+			NonRetryableErrorTypes: []string{errTypePermanent},
+		},
+	}
+}
+
+// ApplyTurn is the turn activity (registered as ActivityName): it runs the request through
+// the Runner and publishes the Result, or the dead letter, with the consumer's headers and
+// placement. A dead letter is an Outcome, not an error, so the workflow moves on; failures
+// the Runner counted or refunded are retryable ApplicationErrors of the turn.Kind's name, a
+// turn.RetryAfter one sets the next retry delay to the model's.
+func (a *worker) ApplyTurn(ctx context.Context, in TurnInput) (Outcome, error) {
+	env := in.Envelope
+	req := env.Request
+	req.Source = env.Source
+	headers := maps.Clone(env.Headers)
+	for k, v := range Headers(ctx) { // the Temporal header; the envelope's own win
+		if _, ok := headers[k]; !ok {
+			if headers == nil {
+				headers = map[string]string{}
+			}
+			headers[k] = v
+		}
+	}
+	if len(headers) > 0 {
+		ctx = WithHeaders(ctx, headers)
+		req.Metadata = maps.Clone(req.Metadata)
+		for k, v := range headers {
+			if _, ok := req.Metadata[k]; !ok && len(req.Metadata) < turn.MaxMetadataEntries {
+				if req.Metadata == nil {
+					req.Metadata = map[string]string{}
+				}
+				req.Metadata[k] = v
+			}
+		}
+	}
+	env.Request, env.Headers = req, headers
+	if in.Reject != "" {
+		return a.deadLetter(ctx, env, DeadLetter{Reason: in.Reject}, turn.KindPermanent)
+	}
+
+	stop := a.heartbeat(ctx)
+	res, err := a.opts.Runner.Run(ctx, req)
+	stop()
+	if err == nil {
+		return a.publishResult(ctx, env, res, in.WantResult)
+	}
+	switch kind := turn.Classify(err); kind {
+	case turn.KindPermanent:
+		dl := DeadLetter{Reason: err.Error(), Err: err}
+		var dle *turn.DeadLetterError
+		if errors.As(err, &dle) {
+			dl.Reason, dl.Attempts = dle.Reason, dle.Attempts
+		}
+		return a.deadLetter(ctx, env, dl, kind)
+	case turn.KindRateLimited:
+		d, _ := turn.RetryDelay(err)
+		return Outcome{}, temporal.NewApplicationErrorWithOptions(err.Error(), errTypeRateLimited,
+			temporal.ApplicationErrorOptions{NextRetryDelay: d})
+	default:
+		return Outcome{}, temporal.NewApplicationError(err.Error(), kind.String())
+	}
+}
+
+func (a *worker) publishResult(ctx context.Context, env Envelope, res turn.Result, want bool) (Outcome, error) {
+	err := a.opts.Publisher.PublishResult(ctx, env, res)
+	switch {
+	case err == nil && want:
+		return Outcome{Published: true, Result: &res}, nil
+	case err == nil:
+		return Outcome{Published: true}, nil
+	case errors.Is(err, ErrRefused):
+		return a.deadLetter(ctx, env, DeadLetter{Reason: "the result was refused by the results topic", Attempts: res.Attempt, Err: err}, turn.KindPermanent)
+	}
+	a.opts.Logger.Warn("result publish failed; the activity retries", "request_id", env.Request.ID,
+		"conversation_id", env.Request.ConversationID, "err", err)
+	return Outcome{}, temporal.NewApplicationError("publish result: "+err.Error(), turn.KindUnavailable.String())
+}
+
+func (a *worker) deadLetter(ctx context.Context, env Envelope, dl DeadLetter, kind turn.Kind) (Outcome, error) {
+	if err := a.opts.Publisher.PublishDeadLetter(ctx, env, dl); err != nil {
+		a.opts.Logger.Warn("dead-letter publish failed; the activity retries", "request_id", env.Request.ID,
+			"conversation_id", env.Request.ConversationID, "err", err)
+		return Outcome{}, temporal.NewApplicationError("publish dead letter: "+err.Error(), turn.KindUnavailable.String())
+	}
+	a.opts.Logger.Error("request dead-lettered", "request_id", env.Request.ID, "conversation_id", env.Request.ConversationID,
+		"topic", env.Source.Topic, "partition", env.Source.Partition, "offset", env.Source.Offset, "reason", dl.Reason)
+	return Outcome{DeadLettered: true, Reason: dl.Reason, Kind: kind.String()}, nil
+}
+
+// heartbeat records a heartbeat every third of the heartbeat timeout until stop is called, so
+// that the server notices a dead worker after HeartbeatTimeout rather than after the
+// start-to-close timeout. It is a no-op outside an activity (the Runner called directly).
+func (a *worker) heartbeat(ctx context.Context) (stop func()) {
+	if !activity.IsActivity(ctx) {
+		return func() {}
+	}
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(a.opts.HeartbeatTimeout / 3)
+		defer t.Stop()
+		for {
+			activity.RecordHeartbeat(ctx)
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() { close(done); <-exited }
+}

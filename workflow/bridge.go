@@ -1,0 +1,198 @@
+package workflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"google.golang.org/grpc/codes"
+
+	"github.com/turnstile-go/turnstile/turn"
+)
+
+// Defaults of BridgeOptions.
+const (
+	DefaultIDPrefix = "turnstile-"
+	// DefaultMaxPayloadBytes keeps a signal's payload under the server's default blob size
+	// limit (2 MiB, limit.blobSize.error) with room for the event's own fields.
+	DefaultMaxPayloadBytes = 1536 << 10
+)
+
+// BridgeOptions configure a Bridge. TaskQueue is required.
+type BridgeOptions struct {
+	// TaskQueue is the task queue of the conversation workflows; the workers poll it.
+	TaskQueue string
+	// IDPrefix is prepended to the conversation id to make the workflow id; default
+	// DefaultIDPrefix.
+	IDPrefix string
+	// Headers names the record headers carried into Temporal (and to the model's input);
+	// default DefaultHeaders. The bridge reads them from Tap.
+	Headers []string
+	// Tap, when set, supplies the record headers: add it to the consumer's
+	// Sarama.Consumer.Interceptors. The consumer's Handler sees the request, not the record.
+	Tap *HeaderTap
+	// Ledger, when set, records every request handed off, so that Reconcile can re-send a
+	// gap from it.
+	Ledger Ledger
+	// Config is the configuration of the conversation runs the bridge starts.
+	Config Config
+	// MaxPayloadBytes bounds a signal's encoded payload; a request over it is permanent (it
+	// is dead-lettered). Default DefaultMaxPayloadBytes.
+	MaxPayloadBytes int
+	// Logger gets a line per refused hand-off; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Bridge hands requests from the consumer to their conversation workflows: the Temporal
+// mode's consumer.Handler. Handle returns once the server has accepted the request (a
+// SignalWithStart on the conversation's workflow id), with a nil Result, so the consumer
+// commits the record's offset only after the durable hand-off (G2): transport progress. The
+// workflow decides when the request is applied: semantic progress.
+type Bridge struct {
+	c    client.Client
+	opts BridgeOptions
+	// resubmits counts submit updates turned away by a run continuing as new and sent again.
+	resubmits atomic.Int64
+}
+
+// NewBridge returns a Bridge on the client c. Give c a ContextPropagator
+// (client.Options.ContextPropagators) so that the headers reach the activities' contexts.
+// Errors: a missing TaskQueue, a nil client.
+func NewBridge(c client.Client, opts BridgeOptions) (*Bridge, error) {
+	switch {
+	case c == nil:
+		return nil, errors.New("workflow: NewBridge: nil client")
+	case opts.TaskQueue == "":
+		return nil, errors.New("workflow: BridgeOptions.TaskQueue: empty")
+	}
+	if opts.IDPrefix == "" {
+		opts.IDPrefix = DefaultIDPrefix
+	}
+	if len(opts.Headers) == 0 {
+		opts.Headers = DefaultHeaders
+	}
+	if opts.MaxPayloadBytes <= 0 {
+		opts.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &Bridge{c: c, opts: opts}, nil
+}
+
+// WorkflowID returns the workflow id of a conversation: IDPrefix + conversation id.
+func (b *Bridge) WorkflowID(conversationID string) string { return b.opts.IDPrefix + conversationID }
+
+// Handle hands req to its conversation's workflow and returns a nil Result once the server
+// accepted it. Its errors steer the consumer (turn.Classify): a transient Temporal failure
+// (unavailable, resource exhausted, deadline exceeded, a run closing or over its signal
+// limit) is turn.Unavailable, retried with no attempt spent and never dead-lettered; a request
+// Temporal can never accept (over MaxPayloadBytes, an invalid argument) is turn.Permanent; a
+// context ended by the consumer is turn.ErrAbandoned.
+func (b *Bridge) Handle(ctx context.Context, req turn.Request) (*turn.Result, error) {
+	return nil, b.send(ctx, req.ConversationID, []Envelope{b.envelope(req)})
+}
+
+// HandOff hands several requests over with one signal per conversation (a batch), in the order
+// given within each conversation. It returns the first error; conversations handed off before
+// it stay handed off, and handing them off again is harmless (the workflow drops duplicates).
+func (b *Bridge) HandOff(ctx context.Context, reqs []turn.Request) error {
+	var order []string
+	byConv := map[string][]Envelope{}
+	for _, req := range reqs {
+		if _, ok := byConv[req.ConversationID]; !ok {
+			order = append(order, req.ConversationID)
+		}
+		byConv[req.ConversationID] = append(byConv[req.ConversationID], b.envelope(req))
+	}
+	for _, conv := range order {
+		if err := b.send(ctx, conv, byConv[conv]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *Bridge) envelope(req turn.Request) Envelope {
+	env := Envelope{Request: req, Source: req.Source}
+	if b.opts.Tap != nil {
+		env.Headers = b.opts.Tap.Take(req.Source, b.opts.Headers)
+	}
+	return env
+}
+
+// send signals envs (one conversation's) with start, then records them in the ledger.
+func (b *Bridge) send(ctx context.Context, conv string, envs []Envelope) error {
+	batch := Batch{Envelopes: envs}
+	if size := payloadSize(envs); size > b.opts.MaxPayloadBytes {
+		return turn.Permanent(fmt.Errorf("workflow: hand-off of %d request(s) is about %d bytes, over the limit of %d", len(envs), size, b.opts.MaxPayloadBytes))
+	}
+	sctx := WithHeaders(ctx, envs[len(envs)-1].Headers)
+	_, err := b.c.SignalWithStartWorkflow(sctx, b.WorkflowID(conv), SignalName, batch,
+		client.StartWorkflowOptions{ID: b.WorkflowID(conv), TaskQueue: b.opts.TaskQueue},
+		WorkflowName, State{ConversationID: conv, Config: b.opts.Config})
+	if err != nil {
+		err = classifyTemporal(ctx, err)
+		b.opts.Logger.Warn("hand-off refused", "conversation_id", conv, "requests", len(envs),
+			"request_id", envs[0].Request.ID, "kind", turn.Classify(err).String(), "err", err)
+		return err
+	}
+	if b.opts.Ledger != nil {
+		if err := b.opts.Ledger.Record(ctx, envs...); err != nil {
+			// The signal is in; the record comes again (no commit) and the workflow drops the
+			// duplicate, while the ledger gets a second chance.
+			return turn.Unavailable(fmt.Errorf("workflow: ledger record: %w", err))
+		}
+	}
+	return nil
+}
+
+// payloadSize estimates the encoded size of envs from their variable-length fields plus a
+// fixed allowance per envelope for names and numbers, without encoding them twice (the client
+// encodes the signal). JSON escaping can make the payload larger; the server's own check then
+// refuses it with InvalidArgument, which is permanent too.
+func payloadSize(envs []Envelope) int {
+	const perEnvelope = 512
+	n := 0
+	for _, e := range envs {
+		r := e.Request
+		n += perEnvelope + len(r.ID) + len(r.ConversationID) + len(r.UserID) + len(r.Text) + len(r.ReplyTo) + len(e.Source.Topic)
+		for k, v := range r.Metadata {
+			n += len(k) + len(v) + 6
+		}
+		for k, v := range e.Headers {
+			n += len(k) + len(v) + 6
+		}
+	}
+	return n
+}
+
+// classifyTemporal maps an error of a Temporal client call to the turn error kinds.
+func classifyTemporal(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w: %w", turn.ErrAbandoned, err)
+	}
+	err = fmt.Errorf("workflow: temporal: %w", err)
+	msg := strings.ToLower(err.Error())
+	if strings.Contains(msg, "limit") && strings.Contains(msg, "signal") {
+		// A run over its signal limit: the workflow continues as new and takes more.
+		return turn.Unavailable(err)
+	}
+	switch serviceerror.ToStatus(err).Code() {
+	case codes.InvalidArgument, codes.OutOfRange:
+		return turn.Permanent(err)
+	case codes.Unknown:
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			return turn.Unavailable(err)
+		}
+		return err // counted as an attempt
+	}
+	// Unavailable, ResourceExhausted, DeadlineExceeded, Aborted, FailedPrecondition (a run
+	// closing), NotFound (namespace), PermissionDenied, Internal: not the request's fault.
+	return turn.Unavailable(err)
+}

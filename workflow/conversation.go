@@ -1,0 +1,277 @@
+package workflow
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"go.temporal.io/sdk/temporal"
+	twf "go.temporal.io/sdk/workflow"
+
+	"github.com/turnstile-go/turnstile/turn"
+)
+
+// conversation is one run of a conversation's workflow: the state it carries plus what only
+// this run needs (update waiters, counters).
+type conversation struct {
+	State
+	cfg          Config
+	runID        string
+	turnsThisRun int
+	signals      int
+	recentSet    map[string]bool
+	// waiting counts the submit handlers waiting per request id; outcomes holds the outcome
+	// of a request with waiters until the last of them returned.
+	waiting  map[string]int
+	outcomes map[string]Outcome
+	// published is what the search attributes last said, to upsert only on change.
+	published  searchValues
+	beforeTurn func(twf.Context)
+	// loading is set while a fresh run loads the State of the conversation's previous run;
+	// submit handlers wait for it.
+	loading bool
+	// draining is set once the run is due to continue as new: new submit updates are
+	// rejected (Submit retries them on the next run) so that the handlers in flight can finish.
+	draining bool
+}
+
+// Conversation is the conversation workflow (registered as WorkflowName by Register): the
+// durable owner of one conversation's semantic progress. It takes requests from SignalName
+// signals (received in the main coroutine, so none is lost at continue-as-new) and from
+// UpdateName updates, and applies them one at a time by running ActivityName:
+//
+//   - a request with a Sequence waits for NextSequence; a gap holds every later one until a
+//     request fills it (Reconcile re-sends it from the ledger);
+//   - a request without a Sequence applies in arrival order;
+//   - a request id applied within the dedup window, a sequence below the applied mark, or a
+//     second request for a pending sequence is dropped.
+//
+// It continues as new after Config.MaxTurnsPerRun turns, Config.MaxSignalsPerRun signals,
+// Config.MaxHistoryEvents history events or when the server suggests it, once every update
+// handler has finished and the signal channel is drained, carrying the pending requests, the
+// sequence mark and the dedup window. A run with nothing pending ends after
+// Config.IdleTimeout when the workers have a StateStore (WorkerOptions.States): it saves its
+// State there, and the next request starts a new run (SignalWithStart) that loads it, so the
+// sequence mark and the dedup window survive. Without a StateStore an idle run keeps waiting.
+func (a *worker) Conversation(ctx twf.Context, st State) error {
+	c := &conversation{State: st, cfg: st.Config.withDefaults(), waiting: map[string]int{}, outcomes: map[string]Outcome{}, beforeTurn: a.beforeTurn}
+	c.runID = twf.GetInfo(ctx).WorkflowExecution.RunID
+	if c.NextSequence <= 0 {
+		c.NextSequence = 1
+	}
+	c.recentSet = make(map[string]bool, len(c.Recent))
+	for _, id := range c.Recent {
+		c.recentSet[id] = true
+	}
+	if err := c.setHandlers(ctx); err != nil {
+		return err
+	}
+	if err := a.loadState(ctx, c); err != nil {
+		return err
+	}
+	actx := twf.WithActivityOptions(ctx, a.activityOptions())
+	signals := twf.GetSignalChannel(ctx, SignalName)
+	log := twf.GetLogger(ctx)
+	for {
+		c.drain(ctx, signals)
+		if err := c.upsertSearch(ctx); err != nil {
+			return err
+		}
+		if c.continueDue(ctx) {
+			return c.continueAsNew(ctx, actx, signals)
+		}
+		if i := c.nextReady(); i >= 0 {
+			c.apply(actx, i)
+			continue
+		}
+		ok, err := twf.AwaitWithTimeout(ctx, c.cfg.IdleTimeout, func() bool {
+			return signals.Len() > 0 || c.nextReady() >= 0
+		})
+		if err != nil {
+			return err // the workflow was cancelled
+		}
+		if !ok && len(c.Pending) == 0 && signals.Len() == 0 && twf.AllHandlersFinished(ctx) {
+			end, err := a.endIdle(ctx, c, signals)
+			if err != nil || end {
+				log.Info("conversation idle; run ends", "conversation_id", c.ConversationID, "applied", c.Applied)
+				return err
+			}
+		}
+	}
+}
+
+// drain receives every signal already delivered, without blocking.
+func (c *conversation) drain(ctx twf.Context, signals twf.ReceiveChannel) {
+	for {
+		var b Batch
+		if !signals.ReceiveAsync(&b) {
+			return
+		}
+		c.signals++
+		for _, env := range b.Envelopes {
+			c.accept(ctx, env)
+		}
+	}
+}
+
+// accept adds env to Pending unless it is a duplicate; it reports whether it did, and, when
+// not, whether the request had already been applied.
+func (c *conversation) accept(ctx twf.Context, env Envelope) bool {
+	if reason := c.duplicate(env); reason != "" {
+		twf.GetLogger(ctx).Info("duplicate request dropped", "request_id", env.Request.ID,
+			"conversation_id", c.ConversationID, "sequence", env.Request.Sequence, "why", reason)
+		return false
+	}
+	if c.UserID == "" {
+		c.UserID = env.Request.UserID
+	}
+	c.Pending = append(c.Pending, env)
+	return true
+}
+
+// duplicate says why env must not be queued, or "" when it is new.
+func (c *conversation) duplicate(env Envelope) string {
+	req := env.Request
+	if c.recentSet[req.ID] {
+		return "already applied"
+	}
+	if c.foreign(env) {
+		if c.pendingIndex(req.ID) >= 0 {
+			return "already pending"
+		}
+		return ""
+	}
+	if req.Sequence > 0 && req.Sequence < c.NextSequence {
+		return fmt.Sprintf("sequence %d is below the applied mark %d", req.Sequence, c.NextSequence-1)
+	}
+	for _, p := range c.Pending {
+		if p.Request.ID == req.ID {
+			return "already pending"
+		}
+		if req.Sequence > 0 && p.Request.Sequence == req.Sequence && !c.foreign(p) {
+			return fmt.Sprintf("sequence %d is already pending as request %s", req.Sequence, p.Request.ID)
+		}
+	}
+	return ""
+}
+
+// foreign reports whether env names another conversation than this workflow's.
+func (c *conversation) foreign(env Envelope) bool {
+	return env.Request.ConversationID != c.ConversationID
+}
+
+// nextReady returns the index in Pending of the request to apply next: the first, in arrival
+// order, that has no Sequence, has NextSequence or names another conversation (it is
+// dead-lettered at once); -1 when none is ready.
+func (c *conversation) nextReady() int {
+	for i, p := range c.Pending {
+		if s := p.Request.Sequence; s == 0 || s == c.NextSequence || c.foreign(p) {
+			return i
+		}
+	}
+	return -1
+}
+
+// apply runs the turn of Pending[i] and records its outcome. The activity's retry policy
+// retries everything but a dead letter, which comes back as an Outcome; an activity that still
+// fails (its options exhausted) is recorded as a dead letter too, so that the conversation
+// moves on (G5), and the error is logged.
+func (c *conversation) apply(actx twf.Context, i int) {
+	env := c.Pending[i]
+	c.Pending = slices.Delete(c.Pending, i, i+1)
+	var out Outcome
+	if c.beforeTurn != nil {
+		c.beforeTurn(actx)
+	}
+	in := TurnInput{Envelope: env, WantResult: c.waiting[env.Request.ID] > 0}
+	if c.foreign(env) {
+		// Never applied here: the turn would land in another conversation's session.
+		in.Reject = fmt.Sprintf("request names conversation %.80q but was sent to the workflow of %.80q", env.Request.ConversationID, c.ConversationID)
+	}
+	err := twf.ExecuteActivity(withHeaders(actx, env.Headers), ActivityName, in).Get(actx, &out)
+	if err != nil {
+		twf.GetLogger(actx).Error("turn activity failed for good", "request_id", env.Request.ID,
+			"conversation_id", c.ConversationID, "err", err)
+		out = Outcome{DeadLettered: true, Reason: err.Error(), Kind: activityErrorKind(err)}
+	}
+	if out.DeadLettered {
+		c.LastErrorKind = out.Kind
+	}
+	if s := env.Request.Sequence; s > 0 && s >= c.NextSequence && !c.foreign(env) {
+		c.NextSequence = s + 1
+	}
+	c.remember(env.Request.ID)
+	c.Applied++
+	c.turnsThisRun++
+	if c.waiting[env.Request.ID] > 0 {
+		c.outcomes[env.Request.ID] = out
+	}
+}
+
+func activityErrorKind(err error) string {
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) && appErr.Type() != "" {
+		return appErr.Type()
+	}
+	return turn.KindAttempt.String()
+}
+
+// remember adds id to the dedup window, forgetting the oldest beyond Config.DedupWindow.
+func (c *conversation) remember(id string) {
+	c.Recent = append(c.Recent, id)
+	c.recentSet[id] = true
+	if extra := len(c.Recent) - c.cfg.DedupWindow; extra > 0 {
+		for _, old := range c.Recent[:extra] {
+			delete(c.recentSet, old)
+		}
+		c.Recent = slices.Clone(c.Recent[extra:])
+	}
+}
+
+// continueDue says whether this run has grown enough to hand over to a new one.
+func (c *conversation) continueDue(ctx twf.Context) bool {
+	info := twf.GetInfo(ctx)
+	return c.turnsThisRun >= c.cfg.MaxTurnsPerRun || c.signals >= c.cfg.MaxSignalsPerRun ||
+		info.GetCurrentHistoryLength() >= c.cfg.MaxHistoryEvents || info.GetContinueAsNewSuggested()
+}
+
+// continueAsNew finishes the submit handlers in flight (applying their requests, which may
+// take turns beyond the threshold) while the validator turns new ones away, drains the signal channel and continues as new with the
+// carried State. Returning while a handler runs would abandon its update; a signal left in
+// the channel would be lost with the run.
+func (c *conversation) continueAsNew(ctx, actx twf.Context, signals twf.ReceiveChannel) error {
+	c.draining = true
+	for !twf.AllHandlersFinished(ctx) {
+		if i := c.nextReady(); i >= 0 {
+			c.apply(actx, i)
+			continue
+		}
+		if err := twf.Await(ctx, func() bool {
+			return twf.AllHandlersFinished(ctx) || c.nextReady() >= 0 || signals.Len() > 0
+		}); err != nil {
+			return err
+		}
+		c.drain(ctx, signals)
+	}
+	c.drain(ctx, signals)
+	twf.GetLogger(ctx).Info("continuing as new", "conversation_id", c.ConversationID,
+		"turns_this_run", c.turnsThisRun, "signals", c.signals, "pending", len(c.Pending))
+	next := c.State
+	next.Config = c.cfg
+	return twf.NewContinueAsNewError(ctx, WorkflowName, next)
+}
+
+// status is the QueryStatus answer.
+func (c *conversation) status() Status {
+	st := Status{
+		ConversationID: c.ConversationID, LastAppliedSequence: c.NextSequence - 1, Applied: c.Applied,
+		Pending: len(c.Pending), RunID: c.runID, TurnsThisRun: c.turnsThisRun, LastErrorKind: c.LastErrorKind,
+	}
+	for _, p := range c.Pending {
+		if p.Request.Sequence > 0 {
+			st.PendingSequences = append(st.PendingSequences, p.Request.Sequence)
+		}
+	}
+	slices.Sort(st.PendingSequences)
+	return st
+}

@@ -1,0 +1,76 @@
+// Package workflow is turnstile's Temporal mode: a durable workflow per conversation, fed
+// from Kafka, that owns the conversation's semantic progress.
+//
+// # Roles
+//
+// Kafka is the transport and Temporal's history is the record. The consumer (package
+// consumer) reads request records as in direct mode, but its Handler is a Bridge: for each
+// request it sends a SignalWithStart to the workflow whose id is BridgeOptions.IDPrefix plus
+// the conversation id, and returns once the server accepted the signal, so the record's offset
+// commits after a durable hand-off (transport progress). The conversation workflow then decides
+// when the request is applied (semantic progress): one at a time, in Sequence order when the
+// producer sets one (a gap holds the later requests), in arrival order otherwise, dropping
+// duplicates. Each turn is an activity that runs the same turn.Runner as direct mode, so the
+// inbox and the session store keep G3 and G4 exactly as there, and publishes the Result or the
+// dead letter with the consumer's topics, headers and placement (KafkaPublisher).
+//
+// # Wiring
+//
+// On each worker:
+//
+//	c, _ := client.Dial(client.Options{HostPort: hp, ContextPropagators: []workflow.ContextPropagator{workflow.NewContextPropagator()}})
+//	w := worker.New(c, "turnstile", worker.Options{})
+//	pub, _ := workflow.NewKafkaPublisher(brokers, nil, "agent.results", "agent.requests.dlq")
+//	_ = workflow.Register(w, workflow.WorkerOptions{Runner: runner, Publisher: pub, States: ledger})
+//	_ = w.Run(worker.InterruptCh())
+//
+// On each consumer member (the tap hands the record headers, such as traceparent, to the
+// bridge; the ledger is the durable record of what was handed off, for Reconcile):
+//
+//	tap := workflow.NewHeaderTap(0)
+//	bridge, _ := workflow.NewBridge(c, workflow.BridgeOptions{TaskQueue: "turnstile", Tap: tap, Ledger: ledger})
+//	sc := sarama.NewConfig(); sc.Version = sarama.V3_6_0_0
+//	sc.Consumer.Interceptors = []sarama.ConsumerInterceptor{tap}
+//	cons, _ := consumer.New(consumer.Config{..., Sarama: sc}, bridge)
+//	_ = cons.Run(ctx)
+//
+// A caller that wants the answer synchronously (an HTTP front door) uses Bridge.Submit: an
+// UpdateWithStart whose update id is the request id, answered with the turn's Result.
+//
+// # What the workflow rests on
+//
+//   - Signals are received in the workflow's main coroutine (Await on the condition or a
+//     non-empty channel, then ReceiveAsync until empty). Receiving them in a separate
+//     coroutine lost signals at continue-as-new in measurements on the dev server.
+//   - A run continues as new after Config.MaxTurnsPerRun turns, Config.MaxSignalsPerRun
+//     signals (the server refuses signals past its per-run limit, 10,000 by default),
+//     Config.MaxHistoryEvents events or when the server suggests it. Before it does, it
+//     rejects new submit updates (Submit sends them again to the next run), finishes the
+//     updates in flight (workflow.AllHandlersFinished) and drains the signal channel; the
+//     pending requests, the sequence mark and a bounded window of applied request ids travel
+//     into the next run. While signals keep arriving the server refuses the continue-as-new
+//     command and retries the task, so a run's history can overshoot the thresholds a little.
+//   - A run with nothing pending ends after Config.IdleTimeout, saving its State in the
+//     workers' StateStore (WorkerOptions.States); the next request starts a new run, which
+//     loads it and goes on from the same sequence mark. Without a store idle runs keep waiting.
+//   - Activity inputs carry the request and its ids, never the transcript: the session store
+//     holds the context, so a run's history stays small however long the conversation (20
+//     turns over 300 KB contexts each stay near 30 KB of history in the tests).
+//   - The activity's start-to-close timeout is the Runner's whole-turn deadline plus a margin,
+//     it heartbeats every third of WorkerOptions.HeartbeatTimeout (a killed worker's turn is
+//     retried elsewhere after that timeout), turn.RetryAfter sets the next retry's delay, and
+//     retries are unlimited in number because the inbox stays the authority on attempts: the
+//     Runner dead-letters after MaxAttempts, the activity publishes the dead letter, and the
+//     workflow moves on.
+//
+// # Operating it
+//
+// Queries QueryLastAppliedSequence and QueryStatus say how far a conversation got. With
+// Config.SearchAttributes on (register SearchAttributeTypes in the namespace first), list
+// queries find a user's conversations (TurnstileUser = 'u-12') and stuck ones
+// (TurnstilePending > 0). Bridge.Reconcile compares a workflow's last applied sequence with
+// the Ledger's high-water mark and re-sends the gap; Bridge.RunSweeps does it periodically
+// for every conversation whose last hand-off is older than a threshold. Changes to the
+// workflow's code must keep replaying the histories recorded in testdata (the replay test);
+// use workflow.GetVersion for a change to its command sequence.
+package workflow

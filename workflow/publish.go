@@ -1,0 +1,216 @@
+package workflow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/IBM/sarama"
+
+	"github.com/turnstile-go/turnstile/consumer"
+	"github.com/turnstile-go/turnstile/turn"
+)
+
+// ErrRefused wraps a publish that can never succeed for this record (too large for the
+// topic): the activity dead-letters instead of retrying.
+var ErrRefused = errors.New("workflow: record refused by the topic")
+
+// DeadLetter says why a request is dead-lettered.
+type DeadLetter struct {
+	// Reason is the one-line reason (the "reason" header).
+	Reason string
+	// Attempts is the number of attempts spent (the "attempts" header).
+	Attempts int
+	// Err is the last error, if any (the "error" header).
+	Err error
+}
+
+// Publisher publishes the outcome of a turn. Both methods may be called again for the same
+// request (an activity retried after a crash); readers dedup on the request-id header.
+type Publisher interface {
+	// PublishResult publishes res, the Result of env's request.
+	PublishResult(ctx context.Context, env Envelope, res turn.Result) error
+	// PublishDeadLetter publishes env's request to the dead-letter topic with dl in headers.
+	PublishDeadLetter(ctx context.Context, env Envelope, dl DeadLetter) error
+}
+
+// KafkaPublisher publishes results and dead letters to Kafka as the consumer does: same
+// topics, same header names (consumer.HeaderRequestID and the rest), keyed by the conversation
+// id, on the request's partition index when the target topic has as many partitions as the
+// requests topic and else where a Java producer would put the key (murmur2). It uses an
+// idempotent sync producer, so a publish has returned only once the brokers acknowledged it.
+//
+// One difference from the consumer: a dead letter's value is the request's envelope
+// re-encoded (Request.Encode), not the record's original bytes, which never reach Temporal.
+type KafkaPublisher struct {
+	client          sarama.Client
+	producer        sarama.SyncProducer
+	resultsTopic    string
+	deadLetterTopic string
+	closeOnce       sync.Once
+}
+
+// NewKafkaPublisher connects a publisher to brokers. sc is the sarama config to start from
+// (nil: defaults with Version 3.6); the publisher copies it and sets what its guarantees rest
+// on: an idempotent producer, acks from all in-sync replicas, one request in flight.
+func NewKafkaPublisher(brokers []string, sc *sarama.Config, resultsTopic, deadLetterTopic string) (*KafkaPublisher, error) {
+	if resultsTopic == "" || deadLetterTopic == "" {
+		return nil, errors.New("workflow: NewKafkaPublisher needs a results topic and a dead-letter topic")
+	}
+	cfg := sarama.NewConfig()
+	cfg.Version = sarama.V3_6_0_0
+	if sc != nil {
+		cp := *sc
+		cfg = &cp
+	}
+	cfg.Producer.Idempotent = true
+	cfg.Producer.RequiredAcks = sarama.WaitForAll
+	cfg.Net.MaxOpenRequests = 1
+	cfg.Producer.Return.Successes = true
+	cfg.Producer.Return.Errors = true
+	cfg.Producer.Partitioner = newPartitioner
+	client, err := sarama.NewClient(brokers, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("workflow: kafka client: %w", err)
+	}
+	producer, err := sarama.NewSyncProducerFromClient(client)
+	if err != nil {
+		client.Close()
+		return nil, fmt.Errorf("workflow: kafka producer: %w", err)
+	}
+	return &KafkaPublisher{client: client, producer: producer, resultsTopic: resultsTopic, deadLetterTopic: deadLetterTopic}, nil
+}
+
+// Close closes the producer and its client.
+func (p *KafkaPublisher) Close() error {
+	var err error
+	p.closeOnce.Do(func() { err = errors.Join(p.producer.Close(), p.client.Close()) })
+	return err
+}
+
+// PublishResult publishes res as JSON to the results topic.
+func (p *KafkaPublisher) PublishResult(_ context.Context, env Envelope, res turn.Result) error {
+	value, err := json.Marshal(res)
+	if err != nil {
+		return fmt.Errorf("%w: result does not encode: %w", ErrRefused, err)
+	}
+	return p.send(&sarama.ProducerMessage{
+		Topic: p.resultsTopic, Key: sarama.StringEncoder(env.Request.ConversationID), Value: sarama.ByteEncoder(value),
+		Headers: []sarama.RecordHeader{
+			header(consumer.HeaderRequestID, env.Request.ID), header(consumer.HeaderConversationID, env.Request.ConversationID),
+			header(consumer.HeaderAttempt, itoa(res.Attempt)),
+		},
+		Metadata: p.placement(env.Source),
+	})
+}
+
+// PublishDeadLetter publishes the request's envelope to the dead-letter topic with the
+// propagated headers and the consumer's dead-letter headers; a value the topic refuses is
+// dropped and the value-dropped header says so.
+func (p *KafkaPublisher) PublishDeadLetter(_ context.Context, env Envelope, dl DeadLetter) error {
+	value, err := env.Request.Encode()
+	if err != nil {
+		value = nil
+	}
+	src := env.Source
+	ours := []sarama.RecordHeader{
+		header(consumer.HeaderReason, clip(dl.Reason)), header(consumer.HeaderAttempts, itoa(dl.Attempts)),
+		header(consumer.HeaderSourceTopic, src.Topic), header(consumer.HeaderSourcePartition, itoa(src.Partition)),
+		header(consumer.HeaderSourceOffset, itoa(src.Offset)),
+		header(consumer.HeaderRequestID, env.Request.ID), header(consumer.HeaderConversationID, env.Request.ConversationID),
+	}
+	if dl.Err != nil {
+		ours = append(ours, header(consumer.HeaderError, clip(dl.Err.Error())))
+	}
+	var headers []sarama.RecordHeader
+	for k, v := range env.Headers {
+		if !hasHeader(ours, k) {
+			headers = append(headers, header(k, v))
+		}
+	}
+	msg := &sarama.ProducerMessage{
+		Topic: p.deadLetterTopic, Key: sarama.StringEncoder(env.Request.ConversationID), Value: sarama.ByteEncoder(value),
+		Headers: append(headers, ours...), Metadata: p.placement(src),
+	}
+	err = p.send(msg)
+	if errors.Is(err, ErrRefused) {
+		msg.Value = nil
+		msg.Headers = append(msg.Headers, header(consumer.HeaderValueDropped, fmt.Sprintf("%d bytes; refused: %s", len(value), clip(err.Error()))))
+		err = p.send(msg)
+	}
+	return err
+}
+
+func (p *KafkaPublisher) send(msg *sarama.ProducerMessage) error {
+	_, _, err := p.producer.SendMessage(msg)
+	if errors.Is(err, sarama.ErrMessageSizeTooLarge) || errors.Is(err, sarama.ErrInvalidMessageSize) {
+		return fmt.Errorf("%w: %w", ErrRefused, err)
+	}
+	return err
+}
+
+// placement is the request's partition and its topic's partition count, when known.
+func (p *KafkaPublisher) placement(src turn.Source) any {
+	if src.Topic == "" {
+		return nil
+	}
+	parts, err := p.client.Partitions(src.Topic)
+	if err != nil || len(parts) == 0 {
+		return nil
+	}
+	return placement{partition: src.Partition, partitions: int32(len(parts))}
+}
+
+// placement travels in ProducerMessage.Metadata to the partitioner; it mirrors the consumer's
+// unexported one (consumer/publish.go), which this package cannot use.
+type placement struct {
+	partition  int32
+	partitions int32
+}
+
+// partitioner co-partitions with the requests topic when the partition counts match, else
+// hashes the key with murmur2 as a Java producer would.
+type partitioner struct{ murmur2 sarama.Partitioner }
+
+func newPartitioner(topic string) sarama.Partitioner {
+	return &partitioner{murmur2: sarama.NewMurmur2Partitioner(topic)}
+}
+
+func (p *partitioner) Partition(msg *sarama.ProducerMessage, numPartitions int32) (int32, error) {
+	if pl, ok := msg.Metadata.(placement); ok && pl.partitions == numPartitions && pl.partition >= 0 && pl.partition < numPartitions {
+		return pl.partition, nil
+	}
+	return p.murmur2.Partition(msg, numPartitions)
+}
+
+func (p *partitioner) RequiresConsistency() bool { return true }
+
+func (p *partitioner) MessageRequiresConsistency(*sarama.ProducerMessage) bool { return true }
+
+func header(k, v string) sarama.RecordHeader {
+	return sarama.RecordHeader{Key: []byte(k), Value: []byte(v)}
+}
+
+func hasHeader(hs []sarama.RecordHeader, key string) bool {
+	for _, h := range hs {
+		if string(h.Key) == key {
+			return true
+		}
+	}
+	return false
+}
+
+func itoa[T int | int32 | int64](v T) string { return strconv.FormatInt(int64(v), 10) }
+
+// clip bounds a header value to 4 KiB, so that a long error cannot make a dead letter too large.
+func clip(s string) string {
+	const maxHeader = 4 << 10
+	if len(s) <= maxHeader {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxHeader], "") + "…"
+}

@@ -1,0 +1,127 @@
+package workflow
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	tlog "go.temporal.io/sdk/log"
+	tworker "go.temporal.io/sdk/worker"
+	twf "go.temporal.io/sdk/workflow"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/turnstile-go/turnstile/turn"
+)
+
+// envRecordHistories, set to a directory, makes TestDevServerRecordHistories write the
+// histories the replay test replays (workflow/testdata). Record them again only for a change
+// that is meant to be incompatible, and say so in the commit.
+const envRecordHistories = "TURNSTILE_RECORD_HISTORIES"
+
+// recordVersion names the histories recorded by this code: v0 before the StateStore
+// (workflow.GetVersion changes turnstile-load-state and turnstile-idle-save), v1 with it.
+// Keep the older files: the workflow must replay them all.
+const recordVersion = "v1"
+
+// replayer returns a replayer with the conversation workflow registered; beforeTurn, when not
+// nil, modifies the workflow.
+func replayer(beforeTurn func(twf.Context)) tworker.WorkflowReplayer {
+	r := tworker.NewWorkflowReplayer()
+	a := &worker{opts: WorkerOptions{Runner: &turn.Runner{}, States: &MemoryLedger{}}, beforeTurn: beforeTurn}
+	r.RegisterWorkflowWithOptions(a.Conversation, twf.RegisterOptions{Name: WorkflowName})
+	return r
+}
+
+func recordedHistories(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("testdata", "history_*.json"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files, "recorded histories in workflow/testdata")
+	return files
+}
+
+// The versioning habit: every recorded history replays on the current workflow code. A change
+// to the workflow's command sequence without workflow.GetVersion fails here, in CI.
+func TestReplayRecordedHistories(t *testing.T) {
+	t.Parallel()
+	for _, f := range recordedHistories(t) {
+		require.NoError(t, replayer(nil).ReplayWorkflowHistoryFromJSONFile(tlog.NewStructuredLogger(discardLogger()), f), f)
+	}
+}
+
+// Shown once: the same histories replayed on a workflow whose command sequence changed (a
+// timer before each turn, without GetVersion) fail with the non-determinism error.
+func TestReplayDetectsNonDeterminism(t *testing.T) {
+	t.Parallel()
+	modified := func(ctx twf.Context) { _ = twf.Sleep(ctx, time.Millisecond) }
+	for _, f := range recordedHistories(t) {
+		err := replayer(modified).ReplayWorkflowHistoryFromJSONFile(tlog.NewStructuredLogger(discardLogger()), f)
+		require.Error(t, err, f)
+		require.ErrorContains(t, err, "TMPRL1100", f) // the SDK's code for a non-deterministic replay
+	}
+}
+
+// TestDevServerRecordHistories records the testdata histories when envRecordHistories names a
+// directory: a conversation with a duplicate, a gap filled later, a submit update, search
+// attributes, a continue-as-new and an idle end.
+func TestDevServerRecordHistories(t *testing.T) {
+	dir := os.Getenv(envRecordHistories)
+	if dir == "" {
+		t.Skipf("set %s to a directory to record the replay test's histories", envRecordHistories)
+	}
+	s := newStack(t, 1)
+	s.startWorker(nil)
+	b := s.bridge(BridgeOptions{Config: Config{SearchAttributes: true, MaxTurnsPerRun: 3, IdleTimeout: 2 * time.Second}})
+	conv := s.cluster.Unique("rec")
+	ctx := context.Background()
+	r1, r2, r3 := request(conv, 1, "one"), request(conv, 2, "two"), request(conv, 3, "three")
+	for _, r := range []turn.Request{r2, r1, r1, r3} {
+		_, err := b.Handle(ctx, r)
+		require.NoError(t, err)
+	}
+	_, err := b.Submit(ctx, request(conv, 4, "four"))
+	require.NoError(t, err)
+	id := b.WorkflowID(conv)
+	require.Eventually(t, func() bool {
+		resp, err := s.client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: fmt.Sprintf("WorkflowId = '%s' AND ExecutionStatus = 'ContinuedAsNew'", id)})
+		return err == nil && len(resp.Executions) == 1
+	}, wait, 100*time.Millisecond, "the first run continued as new")
+	_, err = b.Handle(ctx, request(conv, 5, "five")) // a turn of the second run
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		resp, err := s.client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: fmt.Sprintf("WorkflowId = '%s' AND ExecutionStatus = 'Completed'", id)})
+		return err == nil && len(resp.Executions) == 1
+	}, wait, 100*time.Millisecond, "the last run ends idle")
+	resp, err := s.client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: fmt.Sprintf("WorkflowId = '%s'", id)})
+	require.NoError(t, err)
+	require.Len(t, resp.Executions, 2)
+	for _, e := range resp.Executions {
+		name := "history_" + recordVersion + "_completed.json"
+		if e.Status == enums.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW {
+			name = "history_" + recordVersion + "_continued.json"
+		}
+		writeHistory(t, s.client, id, e.Execution.RunId, filepath.Join(dir, name))
+	}
+}
+
+func writeHistory(t *testing.T, c client.Client, id, runID, path string) {
+	t.Helper()
+	it := c.GetWorkflowHistory(context.Background(), id, runID, false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	var h historypb.History
+	for it.HasNext() {
+		e, err := it.Next()
+		require.NoError(t, err)
+		h.Events = append(h.Events, e)
+	}
+	data, err := protojson.MarshalOptions{Indent: "  "}.Marshal(&h)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, data, 0o644))
+}

@@ -1,0 +1,134 @@
+package workflow
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/turnstile-go/turnstile/turn"
+)
+
+// The acceptance line: updates sent while runs continue as new (every 10 turns) return their
+// results; 100 of them, with update id = request id, run the model once per request id; no
+// unfinished-handler warning is logged.
+func TestDevServerSubmitAcrossContinueAsNew(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, 1)
+	s.startWorker(nil)
+	b := s.bridge(BridgeOptions{Config: Config{MaxTurnsPerRun: 10, IdleTimeout: time.Minute}})
+	conv := s.cluster.Unique("submit")
+
+	const callers, each = 10, 10
+	var mu sync.Mutex
+	results := map[string]turn.Result{}
+	var wg sync.WaitGroup
+	errs := make(chan error, callers*each)
+	for c := 0; c < callers; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				req := request(conv, 0, fmt.Sprintf("caller %d message %d", c, i))
+				ctx, cancel := context.WithTimeout(context.Background(), wait)
+				res, err := b.Submit(ctx, req)
+				cancel()
+				if err != nil {
+					errs <- fmt.Errorf("submit %s: %w", req.ID, err)
+					continue
+				}
+				mu.Lock()
+				results[req.ID] = res
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Len(t, results, callers*each)
+	for id, res := range results {
+		require.Equal(t, id, res.RequestID)
+		require.Contains(t, res.Text, "answer to")
+	}
+	calls := map[string]int{}
+	for _, id := range s.model.ids() {
+		calls[id]++
+	}
+	require.Len(t, calls, callers*each)
+	for id := range results {
+		require.Equal(t, 1, calls[id], "the model ran once for %s", id)
+	}
+	// A run due to continue as new still applies the requests of the updates in flight (at
+	// most one per caller) before it does: at least 100 / (10 + callers) runs.
+	require.GreaterOrEqual(t, s.runsOf(b.WorkflowID(conv)), 100/(10+callers))
+	require.Positive(t, b.resubmits.Load(), "some updates reached a run at its continue-as-new moment")
+	require.NotEmpty(t, s.logs.matching("continuing as new"), "the workflows' logs reach the capture")
+	require.Empty(t, s.logs.matching("TMPRL1102"), "no update handler left unfinished")
+	require.Empty(t, s.logs.matching("still running"))
+}
+
+// A request already applied is rejected by the submit validator, before any history is
+// written; a fresh one gets its result.
+func TestDevServerSubmitRejectsDuplicate(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, 1)
+	s.startWorker(nil)
+	b := s.bridge(BridgeOptions{})
+	conv := s.cluster.Unique("dup")
+	req := request(conv, 1, "hello")
+	_, err := b.Handle(context.Background(), req)
+	require.NoError(t, err)
+	s.waitApplied(b, conv, 1)
+
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	_, err = b.Submit(ctx, req)
+	require.ErrorContains(t, err, "already applied")
+	stale := request(conv, 1, "stale")
+	_, err = b.Submit(ctx, stale)
+	require.ErrorContains(t, err, "below the applied mark")
+	res, err := b.Submit(ctx, request(conv, 2, "next"))
+	require.NoError(t, err)
+	require.Equal(t, int64(2), res.Sequence)
+	require.Len(t, s.model.ids(), 2)
+}
+
+// Reconciliation through the dev server: the ledger (SQLite) says 3 requests were handed off,
+// the signal of the second was lost; a sweep re-sends it and the gap closes.
+func TestDevServerSweepClosesGap(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, 1)
+	s.startWorker(nil)
+	ledger, err := NewSQLLedger(s.db, SQLite, "")
+	require.NoError(t, err)
+	require.NoError(t, ledger.Migrate(context.Background()))
+	b := s.bridge(BridgeOptions{Ledger: ledger})
+	conv := s.cluster.Unique("gap")
+	r1, r2, r3 := request(conv, 1, "one"), request(conv, 2, "two"), request(conv, 3, "three")
+	for _, r := range []turn.Request{r1, r3} {
+		_, err = b.Handle(context.Background(), r)
+		require.NoError(t, err)
+	}
+	require.NoError(t, ledger.Record(context.Background(), Envelope{Request: r2})) // handed off, signal lost
+	st := s.waitApplied(b, conv, 1)
+	require.Equal(t, []int64{3}, st.PendingSequences, "3 is held at the gap")
+
+	rep, err := b.Sweep(context.Background(), 0)
+	require.NoError(t, err)
+	require.Empty(t, rep.Failed)
+	require.Equal(t, 1, rep.Checked)
+	require.Equal(t, 2, rep.Resent, "2 and 3 re-sent (3 dropped as pending)")
+	st = s.waitApplied(b, conv, 3)
+	require.Equal(t, int64(3), st.LastAppliedSequence)
+	require.Equal(t, []int64{1, 2, 3}, s.model.sequences())
+
+	n, err := b.Reconcile(context.Background(), conv)
+	require.NoError(t, err)
+	require.Zero(t, n, "caught up: nothing to re-send")
+}

@@ -1,0 +1,153 @@
+package workflow
+
+import (
+	"time"
+
+	"github.com/turnstile-go/turnstile/turn"
+)
+
+// Names under which the conversation workflow, its activity and its handlers are registered.
+// They are part of the recorded histories: renaming one breaks running workflows.
+const (
+	// WorkflowName is the conversation workflow's type name.
+	WorkflowName = "turnstile.Conversation"
+	// ActivityName is the activity that runs one turn and publishes its outcome.
+	ActivityName = "turnstile.ApplyTurn"
+	// SignalName is the signal that carries a Batch of requests into a conversation.
+	SignalName = "turnstile.requests"
+	// UpdateName is the update that submits one request and returns its Result.
+	UpdateName = "submit"
+	// QueryLastAppliedSequence answers the highest Sequence applied (0 before any), an int64.
+	QueryLastAppliedSequence = "lastAppliedSequence"
+	// QueryStatus answers a Status.
+	QueryStatus = "status"
+)
+
+// Envelope is one request as it travels into Temporal: the request (with its Source, which the
+// JSON envelope of a record leaves out) and the record headers named in
+// BridgeOptions.Headers. It carries ids and the user's text, never the conversation's
+// transcript: the session store holds the context, so histories stay small.
+type Envelope struct {
+	Request turn.Request      `json:"request"`
+	Source  turn.Source       `json:"source"`
+	Headers map[string]string `json:"headers,omitempty"`
+}
+
+// Batch is the payload of one SignalName signal: requests of one conversation, in the order
+// they were read.
+type Batch struct {
+	Envelopes []Envelope `json:"envelopes"`
+}
+
+// Config steers one conversation's runs. The bridge passes it when it starts a workflow and
+// each run carries it into the next; zero fields take the defaults below.
+type Config struct {
+	// IdleTimeout ends a run that has had nothing to do for this long; the next request
+	// starts a new run. Default DefaultIdleTimeout.
+	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
+	// MaxTurnsPerRun continues-as-new after this many turns in one run. Default
+	// DefaultMaxTurnsPerRun.
+	MaxTurnsPerRun int `json:"max_turns_per_run,omitempty"`
+	// MaxHistoryEvents continues-as-new once the run's history has this many events, or
+	// when the server suggests it (GetContinueAsNewSuggested). Default DefaultMaxHistoryEvents.
+	MaxHistoryEvents int `json:"max_history_events,omitempty"`
+	// MaxSignalsPerRun continues-as-new once a run has received this many signals, well
+	// below the server's limit per run (10,000 by default, limit.numPendingSignals... the
+	// server refuses more). Default DefaultMaxSignalsPerRun.
+	MaxSignalsPerRun int `json:"max_signals_per_run,omitempty"`
+	// DedupWindow is how many applied request ids a run remembers (and carries across
+	// continue-as-new) to drop duplicates without running an activity; older duplicates
+	// still apply once, since the Runner's inbox replays their stored result. Default
+	// DefaultDedupWindow.
+	DedupWindow int `json:"dedup_window,omitempty"`
+	// SearchAttributes makes the workflow keep the typed search attributes of
+	// SearchAttributeTypes up to date. The namespace must have them registered, or every
+	// upsert fails the workflow task; off by default.
+	SearchAttributes bool `json:"search_attributes,omitempty"`
+}
+
+// Defaults of Config.
+const (
+	DefaultIdleTimeout      = 10 * time.Minute
+	DefaultMaxTurnsPerRun   = 500
+	DefaultMaxHistoryEvents = 10_000
+	DefaultMaxSignalsPerRun = 2_000
+	DefaultDedupWindow      = 1_000
+)
+
+func (c Config) withDefaults() Config {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	def(&c.MaxTurnsPerRun, DefaultMaxTurnsPerRun)
+	def(&c.MaxHistoryEvents, DefaultMaxHistoryEvents)
+	def(&c.MaxSignalsPerRun, DefaultMaxSignalsPerRun)
+	def(&c.DedupWindow, DefaultDedupWindow)
+	return c
+}
+
+// State is the conversation workflow's input: what one run hands the next at
+// continue-as-new. A new conversation starts from State{ConversationID: id, Config: cfg}.
+type State struct {
+	ConversationID string `json:"conversation_id"`
+	Config         Config `json:"config"`
+	// NextSequence is the Sequence the gate waits for next; 0 means 1.
+	NextSequence int64 `json:"next_sequence,omitempty"`
+	// Pending are the requests received but not applied yet, in arrival order.
+	Pending []Envelope `json:"pending,omitempty"`
+	// Recent are the request ids applied most recently, oldest first, at most
+	// Config.DedupWindow of them.
+	Recent []string `json:"recent,omitempty"`
+	// Applied counts the turns applied over all runs (dead letters included).
+	Applied int64 `json:"applied,omitempty"`
+	// LastErrorKind is the turn.Kind name of the last dead-lettered turn, "" if none.
+	LastErrorKind string `json:"last_error_kind,omitempty"`
+	// UserID is the conversation's user, once a request named it.
+	UserID string `json:"user_id,omitempty"`
+}
+
+// Status is the answer of the QueryStatus query.
+type Status struct {
+	ConversationID      string `json:"conversation_id"`
+	LastAppliedSequence int64  `json:"last_applied_sequence"`
+	// Applied counts the turns applied over all runs of the conversation.
+	Applied int64 `json:"applied"`
+	// Pending counts the requests received and not applied yet (held at a gap, or queued).
+	Pending int `json:"pending"`
+	// PendingSequences are the sequences of the pending sequenced requests, ascending.
+	PendingSequences []int64 `json:"pending_sequences,omitempty"`
+	RunID            string  `json:"run_id"`
+	// TurnsThisRun counts the turns this run applied.
+	TurnsThisRun int `json:"turns_this_run"`
+	// LastErrorKind is the turn.Kind name of the last dead-lettered turn, "" if none.
+	LastErrorKind string `json:"last_error_kind,omitempty"`
+}
+
+// TurnInput is the input of the turn activity: the request's envelope, and whether the
+// workflow wants the Result back (a submit update waits for it). Without that, the activity
+// returns no Result, so that a long answer is not copied into the history.
+type TurnInput struct {
+	Envelope   Envelope `json:"envelope"`
+	WantResult bool     `json:"want_result,omitempty"`
+	// Reject, when set, is why the request must not run: the activity dead-letters it with
+	// this reason (a request sent to another conversation's workflow).
+	Reject string `json:"reject,omitempty"`
+}
+
+// Outcome is what the activity returns for one request: that it published a Result (and the
+// Result itself when TurnInput.WantResult), or the reason it published a dead letter instead.
+type Outcome struct {
+	// Published is true when a Result was published.
+	Published bool         `json:"published,omitempty"`
+	Result    *turn.Result `json:"result,omitempty"`
+	// DeadLettered is true when the request went to the dead-letter topic.
+	DeadLettered bool   `json:"dead_lettered,omitempty"`
+	Reason       string `json:"reason,omitempty"`
+	// Kind is the turn.Kind name of the failure that dead-lettered it.
+	Kind string `json:"kind,omitempty"`
+}
