@@ -82,12 +82,23 @@ func (s *MemoryStore) Get(ctx context.Context, key Key, recent int) (Session, er
 		return Session{}, err
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	m, err := s.lookup(key)
 	if err != nil {
+		s.mu.Unlock()
 		return Session{}, err
 	}
-	return m.snapshot(key, recent), nil
+	out := m.snapshot(key, 0)
+	var recentEvents []Event
+	if recent > 0 {
+		// Appended events are never written again (Append only adds after them), so the
+		// copy can be made outside the lock, which every conversation shares.
+		recentEvents = m.events[max(0, len(m.events)-recent):len(m.events):len(m.events)]
+	}
+	s.mu.Unlock()
+	if len(recentEvents) > 0 {
+		out.Events = cloneEvents(recentEvents)
+	}
+	return out, nil
 }
 
 // Create implements Store.
