@@ -1,34 +1,65 @@
 // Package consumer is turnstile's Kafka consumer: a sarama consumer group that runs each
-// request record as a turn, in order per partition, publishes its result, dead-letters what
+// request record as a turn, in order per conversation, publishes its result, dead-letters what
 // cannot be served, and commits an offset only after the record's outcome is durable.
 //
 // # Guarantees and how they are kept
 //
-//   - Order (G1): each claimed partition has one lane that runs its records one at a time, in
-//     offset order; partitions run concurrently, up to Config.MaxInFlight turns.
-//   - No loss (G2): auto-commit is off. A record's offset is marked only after its result (or
-//     dead letter) was acknowledged by all in-sync replicas, and marks are committed every
-//     Config.CommitInterval, when a partition is revoked and on shutdown. The committed offset
-//     is the next one to read, so a crash anywhere means redelivery, never a gap.
+//   - Order (G1): with Config.Ordering = OrderByKey (the default) the records of one key (one
+//     conversation) run one at a time, in offset order, while records of different keys of the
+//     same partition run concurrently; with OrderByPartition a partition's records run one at
+//     a time. A key's next record starts only once its previous outcome is handed to the
+//     producer, which keeps a partition's order, so a conversation's results land in order.
+//   - No loss (G2): auto-commit is off. Results and dead letters go through an async
+//     idempotent producer (acks from all in-sync replicas); a record is done when its outcome
+//     is acknowledged, and the offset marked for commit is the watermark: the offset of the
+//     lowest record of the partition that is not done (Kafka's committed offset is the next to
+//     read). Marks are committed every Config.CommitInterval, on revoke and on shutdown, so a
+//     crash anywhere means redelivery from the watermark, never a gap.
 //   - Effectively once (G3): the Handler (turn.Runner) dedups by request id; results carry the
 //     request id in a header for readers that dedup; the producer is idempotent.
 //   - No stall (G5): a failing record is retried with backoff up to Config.MaxAttempts, counted
 //     in the inbox across members and crashes, then dead-lettered with the reason in headers.
-//     Records that do not decode are dead-lettered at once.
-//   - Bounded (G6): records buffered per partition are capped (the partition is paused beyond
-//     Config.MaxBuffered), turns in flight are capped, and a rate-limited model pauses every
-//     partition instead of failing turns.
+//     Records that do not decode are dead-lettered at once. By key, a slow conversation holds
+//     up only itself: the others of its partition go on, within the window.
+//   - Bounded (G6): turns in flight are capped per member (Config.MaxInFlight, which also
+//     bounds the goroutines that run them) and per partition; a partition's window of records
+//     is capped (Config.MaxBuffered: beyond it the partition is paused); a rate-limited model
+//     pauses every partition and, when the pause ends, one turn probes the model before the
+//     others go.
 //
-// # Rebalances
+// # Concurrency
+//
+// Each claimed partition has a window: the records received whose offset is not yet
+// committable, in offset order, each queued, running, sending (its outcome is with the
+// producer) or done, and a queue per key. Every state change of a partition happens under its
+// mutex, in partition.go, where each transition is documented. The goroutines:
+//
+//   - the claim's feeder (ConsumeClaim) pushes records into the window and never blocks, so it
+//     sees a revoke (the claim's Messages channel closing) at once;
+//   - one dispatcher per partition waits for a key whose next record may start, for the end of
+//     a rate-limit pause and for a slot under MaxInFlight (a FIFO channel shared by the
+//     partitions), then hands the record to one of MaxInFlight workers;
+//   - a worker runs the turn (the Handler, with retries) and hands the outcome to the producer;
+//   - one loop reads the producer's acknowledgements and marks records done.
+//
+// Lock order: a partition's out lock, then its mutex, then the pause owner's mutex (a leaf,
+// which only flips sarama's in-memory pause flags). No lock is held across a network call:
+// handing a record to the producer is a channel send, and MarkOffset only records the offset
+// in memory. Only the pause owner (pauses.go) calls sarama's Pause and Resume, for the two
+// reasons that pause fetching: a full window and a rate limit.
+//
+// # Rebalances and shutdown
 //
 // The group uses the cooperative-sticky strategy (KIP-429): a rebalance moves only the
 // partitions that must move, and sarama tells a revoked claim by closing its Messages channel.
-// The lane then takes no new record; the turn in flight gets Config.RevokeGrace to finish
-// (and is published and committed if it does) before it is cancelled; offsets are committed
-// before ConsumeClaim returns, because sarama does not commit marks of a revoked partition
-// when auto-commit is off. A turn that finishes after that is neither published nor committed:
-// the partition's new owner redoes it, and the session's expected version fences the late
-// writer (docs/DESIGN.md, "zombie").
+// The partition then starts no new record and drops the queued ones; its running turns get
+// Config.RevokeGrace (Config.ShutdownTimeout on shutdown) to finish and have their outcomes
+// acknowledged; then the rest are cancelled, the partition is abandoned (from then on nothing
+// of it is published or marked) and the watermark is committed before ConsumeClaim returns,
+// because sarama does not commit marks of a revoked partition when auto-commit is off. A turn
+// that finishes after that is neither published nor committed: the partition's new owner
+// redoes it, and the session's expected version fences the late writer (docs/DESIGN.md,
+// "zombie").
 package consumer
 
 import (
@@ -44,7 +75,7 @@ import (
 	"github.com/IBM/sarama"
 )
 
-// abandonWait is how long a revoked lane's ConsumeClaim waits, after cancelling the turn in
+// abandonWait is how long a revoked partition's ConsumeClaim waits, after cancelling the turn in
 // flight, for the turn to notice; a Handler that ignores cancellation is left behind, and
 // whatever it returns is dropped.
 const abandonWait = time.Second
@@ -59,7 +90,7 @@ type Consumer struct {
 	stats counters
 
 	running atomic.Bool
-	// Set by Run before the group starts, read by lanes.
+	// Set by Run before the group starts, read by the partitions.
 	runCtx     context.Context
 	group      sarama.ConsumerGroup
 	out        *output

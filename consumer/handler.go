@@ -6,9 +6,10 @@ import (
 	"github.com/turnstile-go/turnstile/turn"
 )
 
-// Handler serves one request for the Consumer. Requests of one partition reach it one at a
-// time, in offset order; requests of different partitions concurrently (up to
-// Config.MaxInFlight), so a Handler must be safe for concurrent use.
+// Handler serves one request for the Consumer. Requests of one key (conversation) reach it one
+// at a time, in offset order; requests of different keys concurrently, up to
+// Config.MaxInFlight (with OrderByPartition: one at a time per partition), so a Handler must be
+// safe for concurrent use.
 //
 // Handle returns the result to publish on the results topic, or nil to publish nothing (a
 // handler that only hands the request over, such as the Temporal bridge, whose offset commits

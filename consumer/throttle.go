@@ -46,7 +46,7 @@ func newThrottle(p *pauses, log *slog.Logger, initial, maxPause time.Duration) *
 func (t *throttle) pause(d time.Duration, probe bool) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.stopped { // a late turn of a lane abandoned at shutdown
+	if t.stopped { // a late turn of a partition abandoned at shutdown
 		return false
 	}
 	now := time.Now()

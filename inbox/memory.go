@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"hash/maphash"
 	"sync"
 	"time"
 )
@@ -13,25 +14,47 @@ var _ Inbox = (*MemoryInbox)(nil)
 // MemoryInbox is an Inbox in process memory, safe for concurrent use. Its entries die with the
 // process, so it only dedups within one process: use it for tests and demos. The zero value is
 // not usable; call NewMemoryInbox.
+//
+// Entries are spread over shards by a hash of the request id (hash/maphash), each with its own
+// lock, so that concurrent turns of different requests do not queue on one mutex.
 type MemoryInbox struct {
+	shards [memShards]inboxShard
+	seed   maphash.Seed
+	now    func() time.Time
+}
+
+// memShards is the number of independently locked parts of a MemoryInbox.
+const memShards = 64
+
+type inboxShard struct {
 	mu      sync.Mutex
 	entries map[string]*Entry
-	now     func() time.Time
 }
 
 // NewMemoryInbox returns an empty MemoryInbox.
 func NewMemoryInbox() *MemoryInbox {
-	return &MemoryInbox{entries: make(map[string]*Entry), now: time.Now}
+	b := &MemoryInbox{seed: maphash.MakeSeed(), now: time.Now}
+	for i := range b.shards {
+		b.shards[i].entries = make(map[string]*Entry)
+	}
+	return b
 }
 
-func (b *MemoryInbox) entry(ctx context.Context, requestID string) (*Entry, error) {
+// shard returns the locked part that holds requestID, locked; unlock it when done.
+func (b *MemoryInbox) shard(requestID string) *inboxShard {
+	sh := &b.shards[maphash.String(b.seed, requestID)%memShards]
+	sh.mu.Lock()
+	return sh
+}
+
+func (sh *inboxShard) entry(ctx context.Context, requestID string) (*Entry, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if requestID == "" {
 		return nil, fmt.Errorf("%w: empty request id", ErrInvalid)
 	}
-	e, ok := b.entries[requestID]
+	e, ok := sh.entries[requestID]
 	if !ok {
 		return nil, fmt.Errorf("%w: request %s", ErrNotFound, requestID)
 	}
@@ -52,14 +75,14 @@ func (b *MemoryInbox) Begin(ctx context.Context, d Delivery) (Entry, error) {
 	if d.RequestID == "" {
 		return Entry{}, fmt.Errorf("%w: empty request id", ErrInvalid)
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	now := b.now().UTC()
-	e, seen := b.entries[d.RequestID]
+	sh := b.shard(d.RequestID)
+	defer sh.mu.Unlock()
+	e, seen := sh.entries[d.RequestID]
 	switch {
 	case !seen:
 		e = &Entry{RequestID: d.RequestID, Conversation: d.Conversation, Status: StatusInProgress, CreatedAt: now}
-		b.entries[d.RequestID] = e
+		sh.entries[d.RequestID] = e
 	case e.Status == StatusDone || e.Status == StatusDead:
 		return clone(e), nil
 	}
@@ -75,9 +98,9 @@ func (b *MemoryInbox) Begin(ctx context.Context, d Delivery) (Entry, error) {
 
 // Complete implements Inbox.
 func (b *MemoryInbox) Complete(ctx context.Context, requestID string, result []byte) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	e, err := b.entry(ctx, requestID)
+	sh := b.shard(requestID)
+	defer sh.mu.Unlock()
+	e, err := sh.entry(ctx, requestID)
 	if err != nil {
 		return err
 	}
@@ -93,9 +116,9 @@ func (b *MemoryInbox) Complete(ctx context.Context, requestID string, result []b
 
 // Fail implements Inbox.
 func (b *MemoryInbox) Fail(ctx context.Context, requestID string, f Failure) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	e, err := b.entry(ctx, requestID)
+	sh := b.shard(requestID)
+	defer sh.mu.Unlock()
+	e, err := sh.entry(ctx, requestID)
 	if err != nil || e.Status == StatusDone || e.Status == StatusDead {
 		return err
 	}
@@ -108,9 +131,9 @@ func (b *MemoryInbox) Fail(ctx context.Context, requestID string, f Failure) err
 
 // MarkDead implements Inbox.
 func (b *MemoryInbox) MarkDead(ctx context.Context, requestID, reason string) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	e, err := b.entry(ctx, requestID)
+	sh := b.shard(requestID)
+	defer sh.mu.Unlock()
+	e, err := sh.entry(ctx, requestID)
 	if err != nil || e.Status == StatusDone {
 		return err
 	}
@@ -120,9 +143,9 @@ func (b *MemoryInbox) MarkDead(ctx context.Context, requestID, reason string) er
 
 // Get implements Inbox.
 func (b *MemoryInbox) Get(ctx context.Context, requestID string) (Entry, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	e, err := b.entry(ctx, requestID)
+	sh := b.shard(requestID)
+	defer sh.mu.Unlock()
+	e, err := sh.entry(ctx, requestID)
 	if err != nil {
 		return Entry{}, err
 	}
@@ -134,14 +157,17 @@ func (b *MemoryInbox) Purge(ctx context.Context, before time.Time) (int64, error
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	var n int64
-	for id, e := range b.entries {
-		if (e.Status == StatusDone || e.Status == StatusDead) && e.UpdatedAt.Before(before) {
-			delete(b.entries, id)
-			n++
+	for i := range b.shards {
+		sh := &b.shards[i]
+		sh.mu.Lock()
+		for id, e := range sh.entries {
+			if (e.Status == StatusDone || e.Status == StatusDead) && e.UpdatedAt.Before(before) {
+				delete(sh.entries, id)
+				n++
+			}
 		}
+		sh.mu.Unlock()
 	}
 	return n, nil
 }

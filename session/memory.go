@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/maphash"
 	"slices"
 	"sync"
 	"time"
@@ -13,10 +14,21 @@ import (
 // MemoryStore is a Store in process memory, safe for concurrent use. It is for tests and
 // single-process demos: its sessions die with the process, so it does not give G4 across
 // workers. The zero value is not usable; call NewMemoryStore.
+//
+// Sessions are spread over shards by a hash of the conversation (hash/maphash), each with its
+// own lock, so that turns of different conversations do not queue on one mutex.
 type MemoryStore struct {
+	shards [memShards]storeShard
+	seed   maphash.Seed
+	now    func() time.Time
+}
+
+// memShards is the number of independently locked parts of a MemoryStore.
+const memShards = 64
+
+type storeShard struct {
 	mu       sync.Mutex
 	sessions map[appConv]*memSession
-	now      func() time.Time
 }
 
 var _ Store = (*MemoryStore)(nil)
@@ -35,15 +47,26 @@ type memSession struct {
 
 // NewMemoryStore returns an empty MemoryStore.
 func NewMemoryStore() *MemoryStore {
-	return &MemoryStore{sessions: make(map[appConv]*memSession), now: time.Now}
+	s := &MemoryStore{seed: maphash.MakeSeed(), now: time.Now}
+	for i := range s.shards {
+		s.shards[i].sessions = make(map[appConv]*memSession)
+	}
+	return s
 }
 
-// lookup returns the session of key, checking its owner. The caller holds s.mu.
-func (s *MemoryStore) lookup(key Key) (*memSession, error) {
+// shard returns the part that holds key's session, locked; unlock it when done.
+func (s *MemoryStore) shard(key Key) *storeShard {
+	sh := &s.shards[maphash.String(s.seed, key.Conversation)%memShards]
+	sh.mu.Lock()
+	return sh
+}
+
+// lookup returns the session of key, checking its owner. The caller holds sh.mu.
+func (sh *storeShard) lookup(key Key) (*memSession, error) {
 	if err := key.Validate(); err != nil {
 		return nil, err
 	}
-	m, ok := s.sessions[appConv{key.App, key.Conversation}]
+	m, ok := sh.sessions[appConv{key.App, key.Conversation}]
 	if !ok {
 		return nil, fmt.Errorf("%w: session %s", ErrNotFound, key)
 	}
@@ -81,20 +104,20 @@ func (s *MemoryStore) Get(ctx context.Context, key Key, recent int) (Session, er
 	if err := ctx.Err(); err != nil {
 		return Session{}, err
 	}
-	s.mu.Lock()
-	m, err := s.lookup(key)
+	sh := s.shard(key)
+	m, err := sh.lookup(key)
 	if err != nil {
-		s.mu.Unlock()
+		sh.mu.Unlock()
 		return Session{}, err
 	}
 	out := m.snapshot(key, 0)
 	var recentEvents []Event
 	if recent > 0 {
 		// Appended events are never written again (Append only adds after them), so the
-		// copy can be made outside the lock, which every conversation shares.
+		// copy can be made outside the shard's lock.
 		recentEvents = m.events[max(0, len(m.events)-recent):len(m.events):len(m.events)]
 	}
-	s.mu.Unlock()
+	sh.mu.Unlock()
 	if len(recentEvents) > 0 {
 		out.Events = cloneEvents(recentEvents)
 	}
@@ -109,9 +132,9 @@ func (s *MemoryStore) Create(ctx context.Context, key Key, state json.RawMessage
 	if err := key.Validate(); err != nil {
 		return Session{}, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if m, ok := s.sessions[appConv{key.App, key.Conversation}]; ok {
+	sh := s.shard(key)
+	defer sh.mu.Unlock()
+	if m, ok := sh.sessions[appConv{key.App, key.Conversation}]; ok {
 		if m.user != key.User {
 			return Session{}, fmt.Errorf("%w: session %s", ErrOwnerMismatch, key)
 		}
@@ -119,7 +142,7 @@ func (s *MemoryStore) Create(ctx context.Context, key Key, state json.RawMessage
 	}
 	now := s.now().UTC()
 	m := &memSession{user: key.User, state: bytes.Clone(state), turns: map[string][2]int{}, createdAt: now, updatedAt: now}
-	s.sessions[appConv{key.App, key.Conversation}] = m
+	sh.sessions[appConv{key.App, key.Conversation}] = m
 	return m.snapshot(key, 0), nil
 }
 
@@ -131,9 +154,9 @@ func (s *MemoryStore) Append(ctx context.Context, key Key, expectedVersion int64
 	if err := t.Validate(); err != nil {
 		return Appended{}, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	m, err := s.lookup(key)
+	sh := s.shard(key)
+	defer sh.mu.Unlock()
+	m, err := sh.lookup(key)
 	if err != nil {
 		return Appended{}, err
 	}
@@ -167,9 +190,9 @@ func (s *MemoryStore) FindTurn(ctx context.Context, key Key, requestID string) (
 	if requestID == "" {
 		return nil, fmt.Errorf("%w: empty request id", ErrInvalid)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	m, err := s.lookup(key)
+	sh := s.shard(key)
+	defer sh.mu.Unlock()
+	m, err := sh.lookup(key)
 	if err != nil {
 		return nil, err
 	}
@@ -185,11 +208,11 @@ func (s *MemoryStore) Delete(ctx context.Context, key Key) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, err := s.lookup(key); err != nil {
+	sh := s.shard(key)
+	defer sh.mu.Unlock()
+	if _, err := sh.lookup(key); err != nil {
 		return err
 	}
-	delete(s.sessions, appConv{key.App, key.Conversation})
+	delete(sh.sessions, appConv{key.App, key.Conversation})
 	return nil
 }

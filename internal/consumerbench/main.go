@@ -57,7 +57,8 @@ func main() {
 	flag.BoolVar(&o.brokerMode, "broker", false, "internal: run as the broker process of -scenario memory")
 	flag.StringVar(&o.backlogTopic, "backlog-topic", "", "internal: topic the broker process fills")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
-	blockprofile := flag.String("blockprofile", "", "write a blocking profile of the run to this file")
+	memprofile := flag.String("memprofile", "", "write an allocation profile of the run to this file")
+	blockprofile := flag.String("blockprofile", "", "write blocking and mutex profiles of the run to this file name plus .block and .mutex")
 	tune := flag.String("tune", "", "Config overrides for every turnstile member, e.g. MaxBuffered=1024,MaxInFlight=128")
 	flag.Parse()
 	if *tune != "" {
@@ -68,12 +69,24 @@ func main() {
 		}
 		extraTune = f
 	}
+	if *memprofile != "" {
+		runtime.MemProfileRate = 64 << 10
+		defer func() {
+			if f, err := os.Create(*memprofile); err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		}()
+	}
 	if *blockprofile != "" {
 		runtime.SetBlockProfileRate(10_000) // one event per 10 µs blocked
+		runtime.SetMutexProfileFraction(10)
 		defer func() {
-			if f, err := os.Create(*blockprofile); err == nil {
-				_ = pprof.Lookup("block").WriteTo(f, 0)
-				f.Close()
+			for _, name := range []string{"block", "mutex"} {
+				if f, err := os.Create(*blockprofile + "." + name); err == nil {
+					_ = pprof.Lookup(name).WriteTo(f, 0)
+					f.Close()
+				}
 			}
 		}()
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/turnstile-go/turnstile/consumer"
 	"github.com/turnstile-go/turnstile/internal/embedkafka"
+	"github.com/turnstile-go/turnstile/session/sqlsession"
 )
 
 // memory: a backlog of small records (1,000,000 by default) and a 50 ms model for -duration,
@@ -23,7 +25,7 @@ import (
 // most records one partition held (Stats.PeakBuffered) and the most goroutines seen.
 func memory(ctx context.Context, o options) error {
 	n := orDefault(o.records, 1_000_000)
-	fmt.Printf("memory: %d-record backlog, %v model, default Config (MaxInFlight %d, MaxBuffered %d), %v per run, broker in a child process\n",
+	fmt.Printf("memory: %d-record backlog, %v model, default Config (MaxInFlight %d, MaxBuffered %d), SQLite file stores, %v per run, broker in a child process\n",
 		n, 50*time.Millisecond, consumer.DefaultMaxInFlight, consumer.DefaultMaxBuffered, o.duration)
 	row("partitions", "turns", "peak RSS MiB", "peak buffered/partition", "peak goroutines", "goroutines at start")
 	for _, ps := range strings.Split(o.memPartitions, ",") {
@@ -83,9 +85,22 @@ func memoryOne(ctx context.Context, o options) error {
 	}
 	brokers := strings.Split(addr, ",")
 
+	// The stores live in a SQLite file: in-memory stores would keep every turn in this
+	// process and measure the data, not the consumer.
+	dir, err := os.MkdirTemp("", "consumerbench-memory-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	m, cleanup, err := durable(ctx, "sqlite", "file:"+filepath.Join(dir, "turnstile.db")+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)",
+		sqlsession.SQLite, consumer.DefaultMaxInFlight, consumer.DefaultMaxInFlight)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	m.model = sleeper(50*time.Millisecond, false)
 	runtime.GC()
 	startGoroutines := runtime.NumGoroutine()
-	m := member{model: sleeper(50*time.Millisecond, false)}
 	var peakG int
 	stop := make(chan struct{})
 	sampled := make(chan struct{})

@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -64,6 +65,7 @@ func runTurnstile(ctx context.Context, brokers []string, requests, results strin
 	done := make(chan error, 1)
 	go func() { done <- c.Run(cctx) }()
 	var start time.Time
+	cpuStart := cpuTime()
 	for {
 		st := c.Stats()
 		if start.IsZero() && st.Claims > 0 {
@@ -83,6 +85,9 @@ func runTurnstile(ctx context.Context, brokers []string, requests, results strin
 		}
 	}
 	elapsed := time.Since(start)
+	if os.Getenv("CONSUMERBENCH_DEBUG") != "" {
+		fmt.Fprintf(os.Stderr, "turnstile: %v, %.2f cores\n", elapsed, (cpuTime()-cpuStart).Seconds()/elapsed.Seconds())
+	}
 	cancel()
 	err = <-done
 	return elapsed, c.Stats(), err
@@ -324,4 +329,13 @@ func addedLatency(ctx context.Context, brokers []string, results string, sent []
 	}
 	slices.Sort(out)
 	return out, nil
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
