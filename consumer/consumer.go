@@ -322,7 +322,6 @@ feed:
 	}
 
 	p.close()
-	<-dispatched
 	grace := c.cfg.RevokeGrace
 	if c.runCtx.Err() != nil {
 		reason, grace = "shutdown", c.cfg.ShutdownTimeout
@@ -334,11 +333,14 @@ feed:
 	defer timer.Stop()
 	if !p.drain(timer.C) {
 		p.log.Warn("turns in flight outlived the grace; cancelling them", "reason", reason, "grace", grace.String())
+		p.stop()
 		p.cancelTurns()
 		if !p.drain(time.After(abandonWait)) {
 			p.log.Warn("handler ignores cancellation or publishing is stuck; late outcomes will be dropped")
 		}
 	}
+	p.stop()
+	<-dispatched
 	p.abandon()
 	c.commit(sess, p.log)
 	return nil

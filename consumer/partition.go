@@ -74,7 +74,10 @@ type partition struct {
 	ready     []*keyQueue          // keys whose next record may start, first come first served
 	running   int                  // records in recRunning whose turn has not returned
 	sending   int                  // records in recSending
-	closed    bool                 // no record starts any more
+	closed    bool                 // revoked: no record is added, and only gap records start
+	limit     int64                // once closed: records below it may still start (see close)
+	stopped   bool                 // no record starts any more
+	idle      bool                 // the dispatcher has returned
 	abandoned bool                 // nothing is handed off or marked any more
 	full      bool                 // paused for backpressure
 	lastDone  int64                // offset of the last record popped off the window, -1 before
@@ -150,7 +153,7 @@ func (p *partition) setFull(on bool) {
 
 // makeReady puts k on the ready list if its next record may start. Called with mu held.
 func (p *partition) makeReady(k *keyQueue) bool {
-	if k.busy || k.ready || len(k.pending) == 0 {
+	if k.busy || k.ready || len(k.pending) == 0 || (p.closed && k.pending[0].msg.Offset >= p.limit) {
 		return false
 	}
 	k.ready = true
@@ -160,25 +163,32 @@ func (p *partition) makeReady(k *keyQueue) bool {
 
 // canStart reports whether a record may start now. Called with mu held.
 func (p *partition) canStart() bool {
-	return !p.closed && len(p.ready) > 0 && p.running < p.c.cfg.MaxInFlightPerPartition
+	return !p.stopped && len(p.ready) > 0 && p.running < p.c.cfg.MaxInFlightPerPartition
 }
 
-// dispatch starts turns until the partition closes: for each, it waits for a ready key and
+// dispatch starts turns until the partition stops: for each, it waits for a ready key and
 // room under the partition's bound, for the end of a rate-limit pause, and for a slot under
 // the member's bound (Config.MaxInFlight, a FIFO channel, so partitions take turns), then
-// hands the key's next record to the member's workers (Consumer.work).
+// hands the key's next record to the member's workers (Consumer.work). After a revoke it
+// goes on with the gap records (see close) until none is left or the grace ends.
 func (p *partition) dispatch() {
+	defer func() {
+		p.mu.Lock()
+		p.idle = true
+		p.mu.Unlock()
+		wake(p.wakeDrain)
+	}()
 	for {
-		if !p.waitStartable() || p.c.throttle.gate(p.waits) != nil {
+		if !p.waitStartable() || p.c.throttle.gate(p.turns) != nil {
 			return
 		}
 		select {
 		case p.c.sem <- struct{}{}:
-		case <-p.waits.Done():
+		case <-p.turns.Done():
 			return
 		}
 		r := p.start()
-		if r == nil { // closed meanwhile
+		if r == nil { // stopped meanwhile
 			<-p.c.sem
 			return
 		}
@@ -186,20 +196,24 @@ func (p *partition) dispatch() {
 	}
 }
 
+// waitStartable waits until a record may start; false when none ever will: the partition
+// stopped, or it is closed with no turn running (which could make a gap record ready) and
+// no gap record ready.
 func (p *partition) waitStartable() bool {
 	for {
 		p.mu.Lock()
-		ok, closed := p.canStart(), p.closed
+		ok := p.canStart()
+		done := p.stopped || (p.closed && p.running == 0 && len(p.ready) == 0)
 		p.mu.Unlock()
 		if ok {
 			return true
 		}
-		if closed {
+		if done {
 			return false
 		}
 		select {
 		case <-p.wakeStart:
-		case <-p.waits.Done():
+		case <-p.turns.Done():
 			return false
 		}
 	}
@@ -352,12 +366,32 @@ func (p *partition) complete(r *record) {
 	}
 }
 
-// close stops the partition from starting records; queued ones are left to the next owner.
-// Backoff sleeps and rate-limit waits end at once; running handlers keep their grace.
+// close is the revoke: no record is added any more, and of the queued ones only the gap
+// records start: those below the highest record already started. A record above the
+// watermark that is done is committed only once every record below it is, so running the
+// gaps (within the grace) lets the commit cover the work already done instead of leaving it
+// to be redone, and its result republished, by the next owner. Queued records above every
+// started one are left to the next owner. Backoff sleeps and rate-limit waits of running
+// turns end at once (they are abandoned); running handlers keep their grace.
 func (p *partition) close() {
 	p.mu.Lock()
 	p.closed = true
-	p.ready = nil
+	p.limit = -1
+	for _, r := range p.window {
+		if r.state != recQueued {
+			p.limit = max(p.limit, r.msg.Offset)
+		}
+	}
+	ready := p.ready[:0]
+	for _, k := range p.ready {
+		if k.pending[0].msg.Offset < p.limit {
+			ready = append(ready, k)
+		} else {
+			k.ready = false
+		}
+	}
+	clear(p.ready[len(ready):])
+	p.ready = ready
 	if p.full {
 		// sarama keeps a pause across a revoke and would apply it to the partition's next claim.
 		p.setFull(false)
@@ -367,12 +401,20 @@ func (p *partition) close() {
 	wake(p.wakeStart)
 }
 
-// drain waits until no turn runs and every handed-off outcome is acknowledged, or until done
-// ends; it reports whether the partition drained.
+// stop ends the starting of records, gap records included: the grace is over.
+func (p *partition) stop() {
+	p.mu.Lock()
+	p.stopped = true
+	p.mu.Unlock()
+	wake(p.wakeStart)
+}
+
+// drain waits until the dispatcher has returned, no turn runs and every handed-off outcome is
+// acknowledged, or until done ends; it reports whether the partition drained.
 func (p *partition) drain(done <-chan time.Time) bool {
 	for {
 		p.mu.Lock()
-		idle := p.running == 0 && p.sending == 0
+		idle := p.idle && p.running == 0 && p.sending == 0
 		p.mu.Unlock()
 		if idle {
 			return true

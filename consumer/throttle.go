@@ -127,7 +127,7 @@ func (t *throttle) gate(ctx context.Context) error {
 	return err
 }
 
-// wait blocks until no pause is in force, or ctx ends. While rate limited it lets one caller
+// wait blocks until no pause is in force, or ctx ends (then it returns ctx's error). While rate limited it lets one caller
 // through at a time, as the probe (probe true), and holds the others until the probe
 // succeeds; a turn that probes reports its outcome with succeeded, pause or endProbe. With
 // mayProbe false it returns as soon as the pause is over.
@@ -139,11 +139,11 @@ func (t *throttle) wait(ctx context.Context, mayProbe bool) (probe bool, err err
 		case left > 0:
 		case !t.needProbe || !mayProbe:
 			t.mu.Unlock()
-			return false, ctx.Err()
+			return false, nil // no waiting, so a closed partition's gap records still run
 		case mayProbe && !t.probing:
 			t.probing = true
 			t.mu.Unlock()
-			return true, ctx.Err()
+			return true, nil
 		}
 		changed := t.changed
 		t.mu.Unlock()
