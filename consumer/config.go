@@ -102,7 +102,8 @@ type Config struct {
 	// both from MaxBuffered when Sarama leaves them at sarama's defaults (ChannelBufferSize =
 	// MaxBuffered/4, Fetch.Default = MaxBuffered × 128 bytes, at least 16 KiB and at most
 	// sarama's 1 MiB), so a member holds about partitions × (1.25 × MaxBuffered records +
-	// Fetch.Default bytes) at most. Keep MaxBuffered well above what the member serves in
+	// Fetch.Default bytes) at most, give or take one record batch: a fetch returns a batch
+	// larger than Fetch.Default whole (KIP-74). Keep MaxBuffered well above what the member serves in
 	// 100 ms per partition: sarama naps 100 ms when every partition of a broker is paused.
 	// Default DefaultMaxBuffered.
 	MaxBuffered int
