@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/turnstile-go/turnstile/consumer"
 	"github.com/turnstile-go/turnstile/turn"
@@ -41,12 +44,15 @@ type commitWatch struct {
 
 type commitSeen struct {
 	offset int64
-	at     time.Time
+	hwm    map[int32]int64 // the results topic's high-water marks read just after
 }
 
 func (e *env) watchCommits(partition int32, stop <-chan struct{}) *commitWatch {
 	w := &commitWatch{}
+	client, err := sarama.NewClient(e.cluster.Brokers(), e.cluster.Config())
+	require.NoError(e.t, err)
 	done := make(chan struct{})
+	e.t.Cleanup(func() { client.Close() })
 	go func() {
 		defer close(done)
 		last := int64(-1)
@@ -57,11 +63,26 @@ func (e *env) watchCommits(partition int32, stop <-chan struct{}) *commitWatch {
 			case <-time.After(10 * time.Millisecond):
 			}
 			off := e.cluster.CommittedOffset(e.t, e.group, e.requests, partition)
-			at := time.Now() // after the commit: whatever it covers was acknowledged before
-			if off > last {
-				last = off
+			if off <= last {
+				continue
+			}
+			last = off
+			// Read after the commit: a result acknowledged before it (acks=all) is below
+			// its partition's high-water mark by now.
+			hwm := map[int32]int64{}
+			parts, err := client.Partitions(e.results)
+			if err != nil {
+				continue
+			}
+			for _, p := range parts {
+				if hwm[p], err = client.GetOffset(e.results, p, sarama.OffsetNewest); err != nil {
+					hwm = nil
+					break
+				}
+			}
+			if hwm != nil {
 				w.mu.Lock()
-				w.seen = append(w.seen, commitSeen{off, at})
+				w.seen = append(w.seen, commitSeen{off, hwm})
 				w.mu.Unlock()
 			}
 		}
@@ -72,15 +93,18 @@ func (e *env) watchCommits(partition int32, stop <-chan struct{}) *commitWatch {
 
 // By key, turns of different conversations in one partition overlap while each conversation's
 // turns apply in offset order, and the committed offset never passes a record whose result
-// was not yet acknowledged: every result below an offset the group committed at time T was
-// written before T (its record's timestamp is set when the producer batches it, before the
-// acknowledgement that lets the offset be marked).
+// was not yet acknowledged: whenever the group's committed offset is seen to move to C, the
+// result of every request below C is already in the results topic (below its high-water mark
+// read right after). The broker holds every produce to the results topic for 150 ms, longer
+// than the commit interval, so an offset marked before its result's acknowledgement would be
+// committed while the result is not yet written.
 func TestKeyOrderOverlapAndWatermark(t *testing.T) {
 	t.Parallel()
 	if testOrdering != consumer.OrderByKey {
 		t.Skip("turns of one partition overlap by key only")
 	}
 	e := setup(t, 1, 1)
+	e.delayProduce(e.results, 150*time.Millisecond)
 	var ov overlap
 	e.start(memberOpts{model: func(ctx context.Context, in turn.Input) (turn.Output, error) {
 		ov.enter()
@@ -114,22 +138,30 @@ func TestKeyOrderOverlapAndWatermark(t *testing.T) {
 
 	watch.mu.Lock()
 	defer watch.mu.Unlock()
-	require.NotEmpty(t, watch.seen)
+	require.Greater(t, len(watch.seen), 3, "the committed offset was seen moving")
 	for _, c := range watch.seen {
 		for id, msgs := range results {
 			if offsetOf[id] >= c.offset {
 				continue
 			}
-			first := msgs[0].Timestamp
-			for _, m := range msgs[1:] {
-				if m.Timestamp.Before(first) {
-					first = m.Timestamp
-				}
-			}
-			require.False(t, first.After(c.at), "offset %d committed at %v before the result of offset %d was written at %v",
-				c.offset, c.at, offsetOf[id], first)
+			m := msgs[0] // the first result of the request (ReadAll sorts by offset)
+			require.Less(t, m.Offset, c.hwm[m.Partition],
+				"offset %d was committed before the result of offset %d was written", c.offset, offsetOf[id])
 		}
 	}
+}
+
+// delayProduce makes the broker hold every produce request for topic for d before it
+// handles it, as a slow or distant cluster would.
+func (e *env) delayProduce(topic string, d time.Duration) {
+	fake := e.cluster.Fake()
+	fake.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		fake.KeepControl()
+		if pr, ok := req.(*kmsg.ProduceRequest); ok && slices.ContainsFunc(pr.Topics, func(t kmsg.ProduceRequestTopic) bool { return t.Topic == topic }) {
+			fake.SleepControl(func() { time.Sleep(d) })
+		}
+		return nil, nil, false
+	})
 }
 
 // A member killed with about 50 turns in flight over many conversations: the next owner
