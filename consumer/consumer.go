@@ -264,6 +264,7 @@ func (g groupHandler) Setup(sess sarama.ConsumerGroupSession) error {
 			select {
 			case <-tick.C:
 				sess.Commit()
+				g.c.stats.commits.Add(1)
 			case <-cm.stop:
 				return
 			case <-sess.Context().Done():
@@ -327,7 +328,7 @@ feed:
 		reason, grace = "shutdown", c.cfg.ShutdownTimeout
 	}
 	window, running, sending := p.buffered()
-	p.log.Info("partition released; draining", "reason", reason, "grace", grace.String(),
+	p.log.Info("partition closing; draining its turns", "reason", reason, "grace", grace.String(),
 		"running", running, "publishing", sending, "window", window)
 	timer := time.NewTimer(grace)
 	defer timer.Stop()
@@ -343,6 +344,8 @@ feed:
 	<-dispatched
 	p.abandon()
 	c.commit(sess, p.log)
+	c.stats.released.Add(1)
+	p.log.Info("partition released", "reason", reason)
 	return nil
 }
 
@@ -355,7 +358,9 @@ const commitTimeout = 5 * time.Second
 func (c *Consumer) commit(sess sarama.ConsumerGroupSession, log *slog.Logger) {
 	if !within(commitTimeout, sess.Commit) {
 		log.Warn("commit did not finish in time; continuing", "timeout", commitTimeout)
+		return
 	}
+	c.stats.commits.Add(1)
 }
 
 // within runs f and waits for it at most d; it reports whether f finished.

@@ -133,8 +133,9 @@ func TestNoCommitBeforeResultIsDurable(t *testing.T) {
 	m := e.start(memberOpts{})
 	req := request("c-g2", "hello")
 	e.produce(req)
-	e.waitDone(t, req)                 // the turn is done and stored in the inbox...
-	time.Sleep(500 * time.Millisecond) // ...and several commit intervals pass
+	e.waitDone(t, req) // the turn is done and stored in the inbox...
+	commits := m.c.Stats().Commits
+	eventually(t, func() bool { return m.c.Stats().Commits >= commits+3 }, "several commits pass")
 	require.Zero(t, m.c.Stats().Records, "not marked while its result is not published")
 	require.EqualValues(t, -1, e.cluster.CommittedOffset(t, e.group, e.requests, 0))
 
@@ -189,7 +190,7 @@ func TestBackpressurePauseDoesNotSurviveReassignment(t *testing.T) {
 			t.Fatal("no turn started")
 		}
 	}
-	time.Sleep(time.Second) // let the backlog reach the lanes (and the lanes pause)
+	eventually(t, func() bool { return a.c.Stats().PeakBuffered >= 2 }, "a window fills (MaxBuffered 2) and pauses its partition")
 
 	b := e.start(memberOpts{}) // one partition moves to b, which clears its backlog
 	eventually(t, func() bool { return b.c.Stats().Records == 6 }, "b processed the moved partition")
@@ -331,8 +332,9 @@ func TestLateCompletionIsDropped(t *testing.T) {
 	// a second member whose turns wait at the session store until the test lets them go
 	releaseB := make(chan struct{})
 	e.start(memberOpts{runner: func(r *turn.Runner) { r.Sessions = gatedSessions{Store: r.Sessions, gate: releaseB} }})
-	a.cancel()                  // a leaves while its turn hangs; the partition moves to the second member
-	time.Sleep(7 * time.Second) // ShutdownTimeout (5 s) + abandonWait (1 s): a has abandoned the lane
+	a.cancel() // a leaves while its turn hangs; the partition moves to the second member
+	// a's partition is released after ShutdownTimeout (5 s) and abandonWait (1 s)
+	eventually(t, func() bool { return a.c.Stats().Released == 1 }, "a released its partition")
 	close(release)
 	select {
 	case <-finished: // a's late handler returned its result...
@@ -454,7 +456,8 @@ func TestShutdownWithHungBrokers(t *testing.T) {
 	req := request("c-hung", "hello")
 	e.produce(req)
 	e.waitDone(t, req)
-	time.Sleep(300 * time.Millisecond) // the mark is committed
+	commits := m.c.Stats().Commits
+	eventually(t, func() bool { return m.c.Stats().Commits >= commits+2 }, "the mark is committed")
 
 	d.freeze()
 	start := time.Now()

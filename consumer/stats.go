@@ -18,8 +18,13 @@ type Stats struct {
 	// that arrived after their partition was released and were neither published nor committed.
 	Abandoned, LateDropped int64
 	// Pauses counts the rate-limit pauses of all partitions (PauseAll); Claims counts the
-	// partitions this member was assigned, over all rebalances.
-	Pauses, Claims int64
+	// partitions this member was assigned, over all rebalances, and Released those it has
+	// given back (revoked, or at shutdown), each after its final commit.
+	Pauses, Claims, Released int64
+	// Commits counts the commits of marked offsets this member made (every CommitInterval, on
+	// revoke and on shutdown), counted when sarama's Commit returned; a commit with nothing
+	// new to commit sends no request but counts.
+	Commits int64
 	// Skipped counts records that could be neither served nor dead-lettered, even without
 	// their value; each was logged at error level with its location. It should stay 0.
 	Skipped int64
@@ -37,14 +42,15 @@ func (s Stats) Add(o Stats) Stats {
 		Replayed: s.Replayed + o.Replayed, DeadLetters: s.DeadLetters + o.DeadLetters,
 		Retries: s.Retries + o.Retries, RateLimited: s.RateLimited + o.RateLimited,
 		Abandoned: s.Abandoned + o.Abandoned, LateDropped: s.LateDropped + o.LateDropped,
-		Pauses: s.Pauses + o.Pauses, Claims: s.Claims + o.Claims, Skipped: s.Skipped + o.Skipped,
+		Pauses: s.Pauses + o.Pauses, Claims: s.Claims + o.Claims, Released: s.Released + o.Released,
+		Commits: s.Commits + o.Commits, Skipped: s.Skipped + o.Skipped,
 		PeakBuffered: max(s.PeakBuffered, o.PeakBuffered),
 	}
 }
 
 type counters struct {
 	records, turns, results, replayed, deadLetters, retries, rateLimited, abandoned, lateDropped,
-	pauses, claims, skipped, peakBuffered atomic.Int64
+	pauses, claims, released, commits, skipped, peakBuffered atomic.Int64
 }
 
 // peak raises peakBuffered to n if n is higher.
@@ -64,7 +70,8 @@ func (c *Consumer) Stats() Stats {
 		Records: s.records.Load(), Turns: s.turns.Load(), Results: s.results.Load(), Replayed: s.replayed.Load(),
 		DeadLetters: s.deadLetters.Load(), Retries: s.retries.Load(), RateLimited: s.rateLimited.Load(),
 		Abandoned: s.abandoned.Load(), LateDropped: s.lateDropped.Load(),
-		Pauses: s.pauses.Load(), Claims: s.claims.Load(), Skipped: s.skipped.Load(),
+		Pauses: s.pauses.Load(), Claims: s.claims.Load(), Released: s.released.Load(),
+		Commits: s.commits.Load(), Skipped: s.skipped.Load(),
 		PeakBuffered: s.peakBuffered.Load(),
 	}
 }
