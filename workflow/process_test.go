@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	enumspb "go.temporal.io/api/enums/v1"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -198,6 +199,19 @@ func TestDevServerWorkerKilledMidTurn(t *testing.T) {
 	require.Equal(t, 1, effects, "the side effect happened once")
 	results := s.cluster.ReadAll(t, s.results, 1, wait)
 	require.Len(t, results, 1)
+
+	// The retry came from the heartbeat timeout (2 s), not from the start-to-close timeout
+	// of minutes: the history's started event of the final attempt says why the last one failed.
+	it := s.client.GetWorkflowHistory(context.Background(), s.taskQueue+"-"+conv, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	var retriedAfterHeartbeat bool
+	for it.HasNext() {
+		ev, err := it.Next()
+		require.NoError(t, err)
+		if a := ev.GetActivityTaskStartedEventAttributes(); a != nil && a.GetAttempt() >= 2 {
+			retriedAfterHeartbeat = a.GetLastFailure().GetTimeoutFailureInfo().GetTimeoutType() == enumspb.TIMEOUT_TYPE_HEARTBEAT
+		}
+	}
+	require.True(t, retriedAfterHeartbeat, "the killed worker's attempt timed out on its heartbeat")
 }
 
 // quietLogger drops the SDK's logs in the worker process.
