@@ -183,7 +183,7 @@ func check(ctx context.Context, sum *Summary, w *world, wl *workload, watch *wat
 			ordered++
 		}
 		for _, r := range reqs {
-			if tp, ok := model.traces.load(r.ID); ok && tp != wl.trace[r.ID] {
+			if tp, ok := model.traces.load(r.ID); !ok || tp != wl.trace[r.ID] {
 				missingTrace++
 			}
 		}
@@ -208,7 +208,7 @@ func check(ctx context.Context, sum *Summary, w *world, wl *workload, watch *wat
 	sum.add("one result per request", sum.Results == sum.Requests, "%d distinct request ids on %s, %d records", sum.Results, ResultsTopic, sum.ResultRecords)
 	sum.add("the killed worker's turn finished elsewhere", err == nil && len(killedTurn) == 2, "request %s: its turn is in the session once (%d events, err %v)", sum.KilledRequest, len(killedTurn), err)
 	sum.add("refunds once per request", sum.Refunds == sum.Requests && sum.RefundCalls > sum.Requests, "%d refunds for %d requests, %d tool calls", sum.Refunds, sum.Requests, sum.RefundCalls)
-	sum.add("traceparent reached the model", missingTrace == 0 && model.traces.size() > 0, "%d turns saw another traceparent than produced", missingTrace)
+	sum.add("traceparent reached the model", missingTrace == 0 && model.traces.size() > 0, "%d requests whose turn saw no traceparent or another than produced", missingTrace)
 	sum.add("offsets committed to the end", err2 == nil && committed == end, "%d of %d records (err %v)", committed, end, err2)
 	return nil
 }
