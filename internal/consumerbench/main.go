@@ -11,6 +11,11 @@
 // The baseline is the best plain sarama program a user would write instead of turnstile: an
 // async idempotent producer, each record's offset marked once its result is acknowledged, and
 // commits every 100 ms. No figure here is asserted by a test; the machine is shared.
+//
+// For looking into a figure: -tune overrides the members' Config sizes, -cpuprofile,
+// -memprofile and -blockprofile write profiles, CONSUMERBENCH_DEBUG=1 logs at info level and
+// prints the cores turnstile used during its run, and CONSUMERBENCH_BARE=1 replaces the
+// Runner with a Handler that returns a fixed Result (the engine alone, no stores).
 package main
 
 import (
