@@ -35,15 +35,14 @@ const wait = 60 * time.Second
 // env is one test's cluster, topics and shared stores: what several members of one
 // service would share in production.
 type env struct {
-	t                         *testing.T
-	cluster                   *kafkatest.Cluster
-	requests, results, dlq    string
-	group                     string
-	sessions                  *session.MemoryStore
-	inbox                     *inbox.MemoryInbox
-	calls                     sync.Map // request id -> *atomic.Int64, model calls across members
-	requestPartitionsProduced map[string]int32
-	ordering                  consumer.Ordering
+	t                      *testing.T
+	cluster                *kafkatest.Cluster
+	requests, results, dlq string
+	group                  string
+	sessions               *session.MemoryStore
+	inbox                  *inbox.MemoryInbox
+	calls                  sync.Map // request id -> *atomic.Int64, model calls across members
+	ordering               consumer.Ordering
 }
 
 // testOrdering is the ordering every member of these tests runs with: by key unless
