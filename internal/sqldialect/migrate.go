@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"hash/fnv"
 	"time"
+
+	"github.com/cenkalti/backoff/v5"
 )
 
 // Migration is one step of a component's schema. Versions start at 1 and go up by one; a
@@ -31,13 +33,30 @@ const versionTableDDL = `CREATE TABLE IF NOT EXISTS {p}schema_version (
 // scoped advisory lock (pg_advisory_xact_lock) keyed by the table prefix, so that
 // runners queue and each later one finds the work done; on SQLite BEGIN IMMEDIATE does the
 // same with the database's write lock. Both databases run DDL inside transactions, so a
-// failed step leaves no trace.
+// failed step leaves no trace; a migration that fails with a transient error (SQLITE_BUSY,
+// which SQLite returns without waiting while another connection turns a new file to WAL, or
+// a dropped connection) is run again with backoff for up to migrateRetryTime, and ctx bounds it.
 func (d *Dialect) Migrate(ctx context.Context, db *sql.DB, component string, migrations []Migration) error {
 	for i, m := range migrations {
 		if m.Version != i+1 {
 			return fmt.Errorf("migrate %s: step %d has version %d", component, i, m.Version)
 		}
 	}
+	_, err := backoff.Retry(ctx, func() (struct{}, error) {
+		err := d.migrate(ctx, db, component, migrations)
+		if err != nil && !IsTransient(err) {
+			return struct{}{}, backoff.Permanent(err)
+		}
+		return struct{}{}, err
+	}, backoff.WithMaxElapsedTime(migrateRetryTime))
+	return err
+}
+
+// migrateRetryTime bounds the retries of a migration that meets transient errors.
+const migrateRetryTime = 30 * time.Second
+
+// migrate runs Migrate's transaction once.
+func (d *Dialect) migrate(ctx context.Context, db *sql.DB, component string, migrations []Migration) error {
 	tx, err := d.BeginWrite(ctx, db)
 	if err != nil {
 		return fmt.Errorf("migrate %s: begin: %w", component, Classify(err))
