@@ -19,15 +19,24 @@ import (
 
 // python runs testdata/interop.py with Debian's python3 and its confluent-kafka (librdkafka).
 // Missing, the test is skipped, or failed under CI=true.
-func python(t *testing.T, stdin string, args ...string) []map[string]any {
+// py is the Python whose confluent_kafka (Debian's python3-confluent-kafka) the interop tests use.
+const py = "/usr/bin/python3"
+
+// needPython skips the test (fails it under CI=true) when Python's Kafka client is missing.
+// Call it before starting a member, so that a skip does not cut a member off mid-connect.
+func needPython(t *testing.T) {
 	t.Helper()
-	const py = "/usr/bin/python3"
 	if err := exec.Command(py, "-c", "import confluent_kafka").Run(); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("python3-confluent-kafka is needed (apt-get install python3-confluent-kafka): %v", err)
 		}
 		t.Skipf("python3-confluent-kafka not installed: %v", err)
 	}
+}
+
+func python(t *testing.T, stdin string, args ...string) []map[string]any {
+	t.Helper()
+	needPython(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, py, append([]string{"testdata/interop.py"}, args...)...)
@@ -49,6 +58,7 @@ func python(t *testing.T, stdin string, args ...string) []map[string]any {
 // request's partition, with turnstile's headers.
 func TestConfluentKafkaInterop(t *testing.T) {
 	t.Parallel()
+	needPython(t)
 	e := setup(t, 6, 6)
 	e.start(memberOpts{})
 	var lines []string

@@ -291,6 +291,7 @@ func TestRateLimitPausesPartitions(t *testing.T) {
 
 func TestKcatInterop(t *testing.T) {
 	t.Parallel()
+	kafkatest.NeedKcat(t)
 	e := setup(t, 3, 3)
 	e.start(memberOpts{})
 	var lines []string

@@ -12,6 +12,15 @@ import (
 // KcatTimeout bounds one kcat run.
 const KcatTimeout = 30 * time.Second
 
+// NeedKcat skips the test (fails it under CI=true) when kcat is not on PATH. Call it before
+// starting anything that a skip would cut off mid-connect.
+func NeedKcat(t testing.TB) {
+	t.Helper()
+	if _, err := exec.LookPath("kcat"); err != nil {
+		missing(t, "kafkatest: kcat not found on PATH (apt-get install kcat): %v", err)
+	}
+}
+
 // Kcat runs the kcat binary (Debian package kcat) with args and no input,
 // and returns its standard output. Pass the brokers yourself:
 // "-b", c.BrokerList(). When kcat is not on PATH the test is
