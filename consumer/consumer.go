@@ -73,6 +73,8 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+
+	"github.com/turnstile-go/turnstile/turn/turnotel"
 )
 
 // abandonWait is how long a revoked partition's ConsumeClaim waits, after cancelling the turn in
@@ -99,6 +101,11 @@ type Consumer struct {
 	partitions atomic.Int32 // of the requests topic
 	client     sarama.Client
 	committer  atomic.Pointer[committer] // of the current session; sessions do not overlap
+
+	// Telemetry (telemetry.go, metrics.go): nil when Config.Telemetry leaves it off.
+	tracing *tracing
+	meters  *meters
+	health  health // health.go
 }
 
 // New validates cfg, applies its defaults and returns a Consumer that serves records with h.
@@ -111,8 +118,17 @@ func New(cfg Config, h Handler) (*Consumer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Consumer{cfg: cfg, h: h, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxInFlight),
-		work: make(chan *record, cfg.MaxInFlight)}, nil
+	if rh, ok := h.(runnerHandler); ok && cfg.Telemetry.Enabled() {
+		h = runnerHandler{turnotel.Runner(rh.r, cfg.Telemetry)} // spans for the inbox, session and model
+	}
+	c := &Consumer{cfg: cfg, h: h, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxInFlight),
+		work: make(chan *record, cfg.MaxInFlight), tracing: newTracing(&cfg)}
+	m, err := newMeters(c)
+	if err != nil {
+		return nil, err
+	}
+	c.meters = m
+	return c, nil
 }
 
 // Run joins the consumer group and serves records until ctx ends, then drains: the turns in
@@ -124,6 +140,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return errors.New("consumer: Run called twice")
 	}
+	defer c.meters.close()
 	if cc, ok := c.h.(concurrencyChecker); ok {
 		if err := cc.CheckConcurrency(c.cfg.MaxInFlight); err != nil {
 			c.log.Warn("the handler's stores may not keep up with MaxInFlight; turns will wait for connections",
@@ -136,6 +153,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	defer client.Close()
 	c.client = client
+	c.health.running.Store(true)
+	defer c.health.running.Store(false)
 	if err := c.refreshPartitions(); err != nil {
 		return err
 	}
@@ -170,6 +189,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 	})
 	bo := newBackoff(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff)
+	defer c.logDrain(ctx)()
 	for ctx.Err() == nil {
 		err := group.Consume(ctx, []string{c.cfg.RequestsTopic}, groupHandler{c})
 		if ctx.Err() != nil || errors.Is(err, sarama.ErrClosedConsumerGroup) {
@@ -184,7 +204,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	// Leaving the group moves the partitions at once; against a hung broker it is bounded.
 	if !within(commitTimeout, func() { err = group.Close() }) {
-		c.log.Warn("leaving the consumer group did not finish in time; continuing", "timeout", commitTimeout)
+		c.log.Warn("leaving the consumer group did not finish in time; continuing", "timeout", commitTimeout.String())
 		return nil
 	}
 	wg.Wait()
@@ -263,8 +283,8 @@ func (g groupHandler) Setup(sess sarama.ConsumerGroupSession) error {
 		for {
 			select {
 			case <-tick.C:
-				sess.Commit()
-				g.c.stats.commits.Add(1)
+				g.c.commitMarks(sess) // a commit that hangs is retried at the next tick
+				g.c.checkProgress()
 			case <-cm.stop:
 				return
 			case <-sess.Context().Done():
@@ -272,8 +292,7 @@ func (g groupHandler) Setup(sess sarama.ConsumerGroupSession) error {
 			}
 		}
 	}()
-	g.c.log.Info("joined consumer group", "group", g.c.cfg.GroupID, "member", sess.MemberID(),
-		"generation", sess.GenerationID(), "claims", sess.Claims())
+	g.c.assigned(sess)
 	return nil
 }
 
@@ -283,6 +302,7 @@ func (g groupHandler) Cleanup(sess sarama.ConsumerGroupSession) error {
 		<-cm.done
 	}
 	g.c.commit(sess, g.c.log)
+	g.c.revoked(sess)
 	return nil
 }
 
@@ -295,7 +315,8 @@ func (g groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim saram
 func (c *Consumer) consumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
 	p := newPartition(c, sess, tp{claim.Topic(), claim.Partition()})
 	defer p.cancelTurns()
-	p.log.Info("partition claimed", "offset", claim.InitialOffset())
+	defer c.own(p, claim)()
+	p.log.Debug("partition claimed", "offset", claim.InitialOffset())
 	c.stats.claims.Add(1)
 	if err := c.refreshPartitions(); err != nil { // the topic may have grown: result placement
 		p.log.Warn("refresh partition count", "err", err)
@@ -356,11 +377,9 @@ feed:
 const commitTimeout = 5 * time.Second
 
 func (c *Consumer) commit(sess sarama.ConsumerGroupSession, log *slog.Logger) {
-	if !within(commitTimeout, sess.Commit) {
-		log.Warn("commit did not finish in time; continuing", "timeout", commitTimeout)
-		return
+	if !c.commitMarks(sess) {
+		log.Warn("commit did not finish in time; continuing", "timeout", commitTimeout.String())
 	}
-	c.stats.commits.Add(1)
 }
 
 // within runs f and waits for it at most d; it reports whether f finished.
