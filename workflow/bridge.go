@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turn/turnotel"
 )
 
 // Defaults of BridgeOptions.
@@ -46,6 +47,11 @@ type BridgeOptions struct {
 	MaxPayloadBytes int
 	// Logger gets a line per refused hand-off; default slog.Default().
 	Logger *slog.Logger
+	// Telemetry's Propagator (default W3C trace context) writes the trace context of the
+	// Handler's context (the consumer's process span, when the consumer traces) into each
+	// envelope's headers, in place of the producer's, so the turn's spans in the activity
+	// hang under the hand-off. Without a span in the context the headers go as they came.
+	Telemetry turnotel.Options
 }
 
 // Bridge hands requests from the consumer to their conversation workflows: the Temporal
@@ -95,7 +101,7 @@ func (b *Bridge) WorkflowID(conversationID string) string { return b.opts.IDPref
 // Temporal can never accept (over MaxPayloadBytes, an invalid argument) is turn.Permanent; a
 // context ended by the consumer is turn.ErrAbandoned.
 func (b *Bridge) Handle(ctx context.Context, req turn.Request) (*turn.Result, error) {
-	return nil, b.send(ctx, req.ConversationID, []Envelope{b.envelope(req)})
+	return nil, b.send(ctx, req.ConversationID, []Envelope{b.envelope(ctx, req)})
 }
 
 // HandOff hands several requests over with one signal per conversation (a batch), in the order
@@ -108,7 +114,7 @@ func (b *Bridge) HandOff(ctx context.Context, reqs []turn.Request) error {
 		if _, ok := byConv[req.ConversationID]; !ok {
 			order = append(order, req.ConversationID)
 		}
-		byConv[req.ConversationID] = append(byConv[req.ConversationID], b.envelope(req))
+		byConv[req.ConversationID] = append(byConv[req.ConversationID], b.envelope(ctx, req))
 	}
 	for _, conv := range order {
 		if err := b.send(ctx, conv, byConv[conv]); err != nil {
@@ -118,11 +124,19 @@ func (b *Bridge) HandOff(ctx context.Context, reqs []turn.Request) error {
 	return nil
 }
 
-func (b *Bridge) envelope(req turn.Request) Envelope {
+// envelope wraps req with the headers named in BridgeOptions.Headers: from the request
+// (turn.Request.Headers, which the consumer sets), else from the Tap; with the trace context
+// of ctx's span written over the producer's.
+func (b *Bridge) envelope(ctx context.Context, req turn.Request) Envelope {
 	env := Envelope{Request: req, Source: req.Source}
-	if b.opts.Tap != nil {
+	env.Request.Headers = nil // they travel in env.Headers, filtered
+	switch {
+	case req.Headers != nil:
+		env.Headers = filterHeaders(req.Headers, b.opts.Headers)
+	case b.opts.Tap != nil:
 		env.Headers = b.opts.Tap.Take(req.Source, b.opts.Headers)
 	}
+	env.Headers = injectTrace(ctx, b.opts.Telemetry.TextMapPropagator(), env.Headers)
 	return env
 }
 
