@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -32,11 +33,14 @@ const (
 // tracing is the consumer's tracer; nil on the Consumer when Config.Telemetry has no
 // TracerProvider, and then the hot path does no span work at all.
 type tracing struct {
-	tracer      trace.Tracer
-	prop        propagation.TextMapPropagator
-	group       attribute.KeyValue
-	resultsDest attribute.KeyValue
-	dlqDest     attribute.KeyValue
+	tracer    trace.Tracer
+	prop      propagation.TextMapPropagator
+	group     attribute.KeyValue
+	process   string    // the process span's name
+	partition sync.Map  // int32 -> trace.SpanStartOption: the process span's fixed attributes
+	send      [2]string // the send spans' names: results, dead letters
+	sendOpts  [2]trace.SpanStartOption
+	consumer  trace.SpanStartOption
 }
 
 func newTracing(cfg *Config) *tracing {
@@ -44,28 +48,38 @@ func newTracing(cfg *Config) *tracing {
 	if tr == nil {
 		return nil
 	}
-	return &tracing{tracer: tr, prop: cfg.Telemetry.TextMapPropagator(),
-		group:       semconv.MessagingConsumerGroupName(cfg.GroupID),
-		resultsDest: semconv.MessagingDestinationName(cfg.ResultsTopic),
-		dlqDest:     semconv.MessagingDestinationName(cfg.DeadLetterTopic)}
+	t := &tracing{tracer: tr, prop: cfg.Telemetry.TextMapPropagator(),
+		group:    semconv.MessagingConsumerGroupName(cfg.GroupID),
+		process:  "process " + cfg.RequestsTopic,
+		send:     [2]string{"send " + cfg.ResultsTopic, "send " + cfg.DeadLetterTopic},
+		consumer: trace.WithSpanKind(trace.SpanKindConsumer)}
+	for i, topic := range []string{cfg.ResultsTopic, cfg.DeadLetterTopic} {
+		t.sendOpts[i] = trace.WithAttributes(semconv.MessagingSystemKafka, semconv.MessagingOperationTypeSend,
+			semconv.MessagingDestinationName(topic))
+	}
+	return t
 }
 
 // startProcess starts a record's "process" span, a child of the trace context in its headers
-// (a producer's traceparent) when there is one.
+// (a producer's traceparent) when there is one. The attributes that are the same for every
+// record of a partition are built once.
 func (t *tracing) startProcess(ctx context.Context, msg *sarama.ConsumerMessage) (context.Context, trace.Span) {
 	if len(msg.Headers) > 0 {
 		ctx = t.prop.Extract(ctx, consumerHeaders(msg.Headers))
 	}
-	return t.tracer.Start(ctx, "process "+msg.Topic, trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(semconv.MessagingSystemKafka, semconv.MessagingOperationTypeProcess,
-			semconv.MessagingDestinationName(msg.Topic), semconv.MessagingDestinationPartitionID(strconv.Itoa(int(msg.Partition))),
-			semconv.MessagingKafkaOffset(int(msg.Offset)), t.group))
+	fixed, ok := t.partition.Load(msg.Partition)
+	if !ok {
+		fixed, _ = t.partition.LoadOrStore(msg.Partition, trace.WithAttributes(semconv.MessagingSystemKafka,
+			semconv.MessagingOperationTypeProcess, semconv.MessagingDestinationName(msg.Topic),
+			semconv.MessagingDestinationPartitionID(strconv.Itoa(int(msg.Partition))), t.group))
+	}
+	return t.tracer.Start(ctx, t.process, t.consumer, fixed.(trace.SpanStartOption),
+		trace.WithAttributes(semconv.MessagingKafkaOffset(int(msg.Offset))))
 }
 
 // request adds the decoded request's ids to the process span.
 func request(span trace.Span, req *turn.Request) {
-	span.SetAttributes(turnotel.AttrRequestID.String(req.ID), turnotel.AttrConversationID.String(req.ConversationID),
-		semconv.MessagingKafkaMessageKey(req.ConversationID))
+	span.SetAttributes(turnotel.AttrRequestID.String(req.ID), turnotel.AttrConversationID.String(req.ConversationID))
 }
 
 // endProcess ends the process span with the turn's outcome.
@@ -81,12 +95,11 @@ func endProcess(span trace.Span, ob *outbound, ok bool, attempts int) {
 // startPublish starts the "send" span of an outcome under the process span and writes its
 // trace context into the outgoing record's headers, replacing any the request carried.
 func (t *tracing) startPublish(ctx context.Context, ob *outbound) {
-	dest := t.resultsDest
+	i := 0
 	if ob.kind != outResult {
-		dest = t.dlqDest
+		i = 1
 	}
-	_, span := t.tracer.Start(ctx, "send "+ob.pm.Topic, trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(semconv.MessagingSystemKafka, semconv.MessagingOperationTypeSend, dest))
+	_, span := t.tracer.Start(ctx, t.send[i], trace.WithSpanKind(trace.SpanKindProducer), t.sendOpts[i])
 	ob.span = span
 	t.prop.Inject(trace.ContextWithSpan(ctx, span), producerHeaders{&ob.pm.Headers})
 }

@@ -22,11 +22,10 @@ type txSessions struct {
 func (s *txSessions) TxDB() *sql.DB { return s.tx.TxDB() }
 
 func (s *txSessions) AppendTx(ctx context.Context, key session.Key, expectedVersion int64, t session.Turn, join session.JoinFunc) (session.Appended, error) {
-	ctx, span := start(ctx, s.tracer, "session.Append", AttrConversationID.String(key.Conversation),
-		AttrRequestID.String(t.RequestID), attribute.Bool("turnstile.session.joint", true))
+	ctx, span := start(ctx, s.tracer, "session.Append")
 	v, err := s.tx.AppendTx(ctx, key, expectedVersion, t, join)
-	if span != nil && err == nil {
-		span.SetAttributes(attribute.Bool("turnstile.session.duplicate", v.Duplicate))
+	if span != nil && err == nil && v.Duplicate {
+		span.SetAttributes(AttrDuplicate.Bool(true))
 	}
 	end(span, err)
 	return v, err
@@ -52,7 +51,7 @@ type inboxes struct {
 }
 
 func (b *inboxes) Begin(ctx context.Context, d inbox.Delivery) (inbox.Entry, error) {
-	ctx, span := start(ctx, b.tracer, "inbox.Begin", AttrConversationID.String(d.Conversation))
+	ctx, span := start(ctx, b.tracer, "inbox.Begin")
 	e, err := b.ib.Begin(ctx, d)
 	if span != nil && err == nil {
 		span.SetAttributes(AttrInboxStatus.String(e.Status.String()), AttrAttempt.Int(e.Attempts))
@@ -107,7 +106,7 @@ type txInbox struct {
 func (b *txInbox) TxDB() *sql.DB { return b.tx.TxDB() }
 
 func (b *txInbox) CompleteTx(ctx context.Context, tx inbox.SQLTx, requestID string, result []byte) error {
-	ctx, span := start(ctx, b.tracer, "inbox.Complete", attribute.Bool("turnstile.session.joint", true))
+	ctx, span := start(ctx, b.tracer, "inbox.Complete")
 	err := b.tx.CompleteTx(ctx, tx, requestID, result)
 	end(span, err)
 	return err

@@ -95,11 +95,17 @@ func Runner(r *turn.Runner, o Options) *turn.Runner {
 }
 
 // start begins a span named name under ctx's span, or returns ctx and nil when tr is nil.
+// The store and model spans carry no ids of their own: the parent span (the consumer's
+// process span, the activity's turn span) has them, and attributes on every child would
+// cost more than the rest of a fast turn's tracing.
 func start(ctx context.Context, tr trace.Tracer, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
 	if tr == nil {
 		return ctx, nil
 	}
-	return tr.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
+	if len(attrs) == 0 {
+		return tr.Start(ctx, name)
+	}
+	return tr.Start(ctx, name, trace.WithAttributes(attrs...))
 }
 
 // end records err on span and ends it; a nil span is ignored.
@@ -123,6 +129,7 @@ const (
 	AttrOutcome        = attribute.Key("turnstile.outcome")
 	AttrInboxStatus    = attribute.Key("turnstile.inbox.status")
 	AttrKind           = attribute.Key("turnstile.error.kind")
+	AttrDuplicate      = attribute.Key("turnstile.session.duplicate") // session.Append found the turn stored already
 )
 
 // Model returns m with a model.Respond span around each call and, with a MeterProvider, the
@@ -150,8 +157,7 @@ type model struct {
 }
 
 func (m *model) Respond(ctx context.Context, in turn.Input) (turn.Output, error) {
-	ctx, span := start(ctx, m.tracer, "model.Respond",
-		AttrRequestID.String(in.Request.ID), AttrConversationID.String(in.Request.ConversationID), AttrAttempt.Int(in.Attempt))
+	ctx, span := start(ctx, m.tracer, "model.Respond")
 	began := time.Now()
 	out, err := m.m.Respond(ctx, in)
 	if m.duration != nil {
@@ -181,34 +187,31 @@ type sessions struct {
 }
 
 func (s *sessions) Get(ctx context.Context, key session.Key, recent int) (session.Session, error) {
-	ctx, span := start(ctx, s.tracer, "session.Get", AttrConversationID.String(key.Conversation))
+	ctx, span := start(ctx, s.tracer, "session.Get")
 	v, err := s.s.Get(ctx, key, recent)
-	if span != nil && err == nil {
-		span.SetAttributes(attribute.Int64("turnstile.session.version", v.Version))
-	}
 	end(span, ignoreNotFound(err))
 	return v, err
 }
 
 func (s *sessions) Create(ctx context.Context, key session.Key, state json.RawMessage) (session.Session, error) {
-	ctx, span := start(ctx, s.tracer, "session.Create", AttrConversationID.String(key.Conversation))
+	ctx, span := start(ctx, s.tracer, "session.Create")
 	v, err := s.s.Create(ctx, key, state)
 	end(span, err)
 	return v, err
 }
 
 func (s *sessions) Append(ctx context.Context, key session.Key, expectedVersion int64, t session.Turn) (session.Appended, error) {
-	ctx, span := start(ctx, s.tracer, "session.Append", AttrConversationID.String(key.Conversation), AttrRequestID.String(t.RequestID))
+	ctx, span := start(ctx, s.tracer, "session.Append")
 	v, err := s.s.Append(ctx, key, expectedVersion, t)
-	if span != nil && err == nil {
-		span.SetAttributes(attribute.Bool("turnstile.session.duplicate", v.Duplicate))
+	if span != nil && err == nil && v.Duplicate {
+		span.SetAttributes(AttrDuplicate.Bool(true))
 	}
 	end(span, err)
 	return v, err
 }
 
 func (s *sessions) FindTurn(ctx context.Context, key session.Key, requestID string) ([]session.Event, error) {
-	ctx, span := start(ctx, s.tracer, "session.FindTurn", AttrConversationID.String(key.Conversation), AttrRequestID.String(requestID))
+	ctx, span := start(ctx, s.tracer, "session.FindTurn")
 	v, err := s.s.FindTurn(ctx, key, requestID)
 	end(span, ignoreNotFound(err))
 	return v, err
