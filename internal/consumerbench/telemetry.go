@@ -32,7 +32,11 @@ func telemetryScenario(ctx context.Context, o options) error {
 	}
 	defer cluster.Close()
 	brokers := cluster.Brokers()
-	fmt.Printf("telemetry: %d records with a traceparent, %d partitions, %d keys, instant model, memory stores\n", n, o.partitions, o.keys)
+	model, what := turn.ModelClient(turn.ModelFunc(instant)), "instant model"
+	if o.modelDelay > 0 {
+		model, what = sleeper(o.modelDelay, false), fmt.Sprintf("%v model", o.modelDelay)
+	}
+	fmt.Printf("telemetry: %d records with a traceparent, %d partitions, %d keys, %s, memory stores\n", n, o.partitions, o.keys, what)
 	row("run", "off records/s", "on records/s", "ratio on/off", "spans")
 	var ratios []float64
 	for run := 1; run <= o.runs; run++ {
@@ -46,7 +50,7 @@ func telemetryScenario(ctx context.Context, o options) error {
 			if _, err := produce(brokers, requests, n, o.keys, 0, traceparent); err != nil {
 				return err
 			}
-			m := member{model: turn.ModelFunc(instant)}
+			m := member{model: model}
 			var (
 				shutdown func()
 				counted  *countingExporter
@@ -103,7 +107,14 @@ func sdkTelemetry() (turnotel.Options, *countingExporter, func(), error) {
 			fmt.Fprintln(os.Stderr, "consumerbench: meter shutdown:", err)
 		}
 	}
-	return turnotel.Options{TracerProvider: tp, MeterProvider: mp}, spans, shutdown, nil
+	tel := turnotel.Options{TracerProvider: tp, MeterProvider: mp}
+	switch os.Getenv("CONSUMERBENCH_TELEMETRY") { // for looking into the figure: one of the two alone
+	case "traces":
+		tel.MeterProvider = nil
+	case "metrics":
+		tel.TracerProvider = nil
+	}
+	return tel, spans, shutdown, nil
 }
 
 // countingExporter drops spans, counting them: the SDK's whole path without an exporter's
