@@ -60,6 +60,38 @@
 // that finishes after that is neither published nor committed: the partition's new owner
 // redoes it, and the session's expected version fences the late writer (docs/DESIGN.md,
 // "zombie").
+//
+// # Telemetry, health and logs
+//
+// Headers: a record's headers reach the Handler in turn.Request.Headers (so a model sees a
+// producer's tenant or traceparent); Config.ForwardHeaders names those copied onto the result
+// (traceparent and tracestate by default), and a dead letter keeps every header of the record
+// as it came. Config.TurnContextFunc derives each turn's context from its request.
+//
+// Config.Telemetry takes the host's OpenTelemetry providers; the package uses the
+// OpenTelemetry API only, and with the zero value does no span work and no measurement.
+// Traces: a "process <requests topic>" span per record (kind consumer, messaging semantic
+// conventions: messaging.system, messaging.destination.name, .partition.id,
+// messaging.kafka.offset, messaging.consumer.group.name; and turnstile.request_id,
+// turnstile.conversation_id, turnstile.attempt, turnstile.outcome), a child of the W3C
+// traceparent in the record's headers; under it the Runner's spans (turn/turnotel: inbox.Begin,
+// session.Get, model.Respond, session.Append, inbox.Complete) and a "send <topic>" span (kind
+// producer) per result or dead letter, which ends when the broker acknowledges it and whose
+// trace context is written on the record (traceparent, tracestate). Metrics: the Metric*
+// names, with messaging.consumer.group.name on every point; the per-partition gauges add the
+// topic and partition, and turnstile.consumer.lag is the partition's high-water mark (from the
+// last fetch) minus the offset this member last committed.
+//
+// Consumer.Health reports whether the member is running, in its group, which partitions it
+// owns and which are paused and why; Ready is false before the first assignment and while
+// every owned partition is paused. ReadyHandler and LiveHandler serve it to Kubernetes probes.
+//
+// Logs: one line per event, from the layer that owns it: a failed attempt is one warning from
+// the consumer (the Runner logs none) with request_id, conversation_id, topic, partition,
+// offset, attempt and retry_in; a dead letter one error line once it is published; the
+// assignment and revocation of partitions and the start and end of the shutdown drain one
+// info line each. Durations are logged as text ("1.5s"). The texts of requests and replies
+// are never logged.
 package consumer
 
 import (
