@@ -144,7 +144,10 @@ type Store struct {
 	appendHook func(ctx context.Context, stage string, tx sqldialect.Querier)
 }
 
-var _ session.TxAppender = (*Store)(nil)
+var (
+	_ session.TxAppender = (*Store)(nil)
+	_ session.Retention  = (*Store)(nil)
+)
 
 // component names the session store's schema in the version table.
 const component = "sessions"
