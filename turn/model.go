@@ -36,6 +36,10 @@ type Input struct {
 	Session session.Session
 	// Attempt is the 1-based attempt number the inbox counted for this request.
 	Attempt int
+	// Replay is true when the turn runs in a replay into a sandbox (IsReplay of the turn's
+	// context; the consumer's Config.Replay sets it): stub side-effecting tools or point them
+	// at a sandbox, for the request already had its effects in production.
+	Replay bool
 }
 
 // ToolKey returns the idempotency key of the tool call callID in this turn; see ToolKey.

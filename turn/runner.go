@@ -208,7 +208,7 @@ func (r *Runner) runTurn(ctx context.Context, req Request, attempt int, first bo
 			return Result{}, fmt.Errorf("session find turn: %w", err)
 		}
 	}
-	out, err := r.respond(ctx, Input{Request: req, Session: sess, Attempt: attempt})
+	out, err := r.respond(ctx, Input{Request: req, Session: sess, Attempt: attempt, Replay: IsReplay(ctx)})
 	if err != nil {
 		return Result{}, fmt.Errorf("model: %w", err)
 	}

@@ -180,6 +180,18 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return nil
 }
 
+// Location names the store's sessions table the same way whichever *sql.DB reaches it:
+// "postgres:SYSTEM_ID/DATABASE/SCHEMA.TABLE" or "sqlite:PATH/TABLE", "" for an in-memory SQLite
+// database. consumer's replay mode compares it with the production store's to refuse writing
+// there. Errors: the database's.
+func (s *Store) Location(ctx context.Context) (string, error) {
+	loc, err := s.d.Location(ctx, s.db, "sessions")
+	if err != nil {
+		return "", fmt.Errorf("sqlsession: location: %w", sqldialect.ClassifyContext(ctx, err))
+	}
+	return loc, nil
+}
+
 // TablePrefix returns the table prefix in use.
 func (s *Store) TablePrefix() string { return s.d.Prefix() }
 
