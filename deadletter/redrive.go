@@ -161,7 +161,7 @@ func redriveOne(ctx context.Context, opts Options, producer sarama.SyncProducer,
 		}
 	}
 	msg := &sarama.ProducerMessage{Topic: topic, Key: sarama.ByteEncoder(key), Value: sarama.ByteEncoder(value),
-		Headers: append(headers[:len(headers):len(headers)], sarama.RecordHeader{Key: []byte(HeaderRedrivenFrom), Value: []byte(l.ID())}),
+		Headers:  append(headers[:len(headers):len(headers)], sarama.RecordHeader{Key: []byte(HeaderRedrivenFrom), Value: []byte(l.ID())}),
 		Metadata: sourcePartition(l.Source.Partition)}
 	p, off, err := producer.SendMessage(msg)
 	if err != nil {
