@@ -58,7 +58,7 @@ func openPostgres(t *testing.T) *sql.DB {
 // storeState is what production's tables hold: counts and the latest update.
 type storeState struct {
 	inboxRows, sessionRows, eventRows, versions int64
-	inboxUpdated, sessionUpdated             string
+	inboxUpdated, sessionUpdated                string
 }
 
 func readStoreState(t *testing.T, db *sql.DB, prefix string) storeState {
