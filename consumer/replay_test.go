@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -34,25 +33,6 @@ func pgStores(t *testing.T, db *sql.DB, prefix string) (*sqlsession.Store, *sqli
 	require.NoError(t, err)
 	require.NoError(t, ib.Migrate(context.Background()))
 	return ss, ib
-}
-
-// openPostgres opens a pool of the test's own to PostgreSQL (sqltest.PostgresDSN), closed at
-// the end of the test; it skips the test, or fails it under CI=true, when the database cannot
-// be reached. (sqltest.Postgres's shared pool outlives the test, which goleak reports here.)
-func openPostgres(t *testing.T) *sql.DB {
-	t.Helper()
-	db, err := sql.Open("pgx", sqltest.PostgresDSN())
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := db.PingContext(ctx); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("PostgreSQL unreachable at %s: %v", sqltest.PostgresDSN(), err)
-		}
-		t.Skipf("PostgreSQL unreachable at %s (set TURNSTILE_POSTGRES_DSN): %v", sqltest.PostgresDSN(), err)
-	}
-	return db
 }
 
 // storeState is what production's tables hold: counts and the latest update.
@@ -91,7 +71,7 @@ func runUntil(t *testing.T, c *consumer.Consumer, ctx context.Context) {
 // pointed at production's group, topics or stores is refused.
 func TestReplayIntoSandboxLeavesProductionUntouched(t *testing.T) {
 	t.Parallel()
-	db := openPostgres(t)
+	db := sqltest.OpenPostgres(t)
 	kc := turntest.NewCluster(t, turntest.Options{})
 	requests, results, dlq := kc.CreateTopic(t, "requests", 4), kc.CreateTopic(t, "results", 4), kc.CreateTopic(t, "dlq", 4)
 	sandboxResults := kc.CreateTopic(t, "sandbox-results", 4)
@@ -172,7 +152,7 @@ func TestReplayIntoSandboxLeavesProductionUntouched(t *testing.T) {
 		_, _, _, err := replay(tc.tune)
 		require.ErrorContains(t, err, tc.want, name)
 	}
-	other := openPostgres(t) // another pool on the same database: the same tables
+	other := sqltest.OpenPostgres(t) // another pool on the same database: the same tables
 	sameTables, sameInbox := pgStores(t, other, prefix)
 	for name, tune := range map[string]func(*consumer.Config, *turn.Runner){
 		"same inbox value":          func(_ *consumer.Config, r *turn.Runner) { r.Inbox = prodInbox },

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -166,6 +167,16 @@ func (f *flags) stores() (*sql.DB, *sqlsession.Store, *sqlinbox.Inbox, error) {
 		return nil, nil, nil, usageError{err.Error()}
 	}
 	return db, ss, ib, nil
+}
+
+// open opens the stores and bounds ctx by --timeout; done closes both.
+func (f *flags) open(ctx context.Context) (context.Context, *sqlsession.Store, *sqlinbox.Inbox, func(), error) {
+	db, ss, ib, err := f.stores()
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, *f.timeout)
+	return ctx, ss, ib, func() { cancel(); db.Close() }, nil
 }
 
 // printJSON writes v as indented JSON.

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -59,18 +58,7 @@ func databases(t *testing.T) []database {
 	dir := t.TempDir()
 	return []database{
 		{name: "postgres", dsn: sqltest.PostgresDSN(), dialect: sqlinbox.PostgreSQL, open: func(t *testing.T) *sql.DB {
-			db, err := sql.Open("pgx", sqltest.PostgresDSN())
-			require.NoError(t, err)
-			t.Cleanup(func() { db.Close() })
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := db.PingContext(ctx); err != nil {
-				if os.Getenv("CI") == "true" {
-					t.Fatalf("PostgreSQL unreachable: %v", err)
-				}
-				t.Skipf("PostgreSQL unreachable at %s: %v", sqltest.PostgresDSN(), err)
-			}
-			return db
+			return sqltest.OpenPostgres(t)
 		}},
 		{name: "sqlite", dsn: "sqlite:" + filepath.Join(dir, "svc.db"), dialect: sqlinbox.SQLite, open: func(t *testing.T) *sql.DB {
 			db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "svc.db")+"?"+sqltest.SQLitePragmas+"&_pragma=journal_mode(WAL)")

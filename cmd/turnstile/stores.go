@@ -93,13 +93,11 @@ func inboxGet(ctx context.Context, e *env, args []string) error {
 		}
 		k = turn.InboxKey(*f.app, turn.Request{ID: *id, UserID: *user, ConversationID: *conv})
 	}
-	db, _, ib, err := f.stores()
+	ctx, _, ib, done, err := f.open(ctx)
 	if err != nil {
 		return err
 	}
-	defer db.Close()
-	ctx, cancel := context.WithTimeout(ctx, *f.timeout)
-	defer cancel()
+	defer done()
 	en, err := ib.Get(ctx, k)
 	if errors.Is(err, inbox.ErrNotFound) {
 		return fmt.Errorf("%w: no inbox entry %s", errNotFound, k)
@@ -140,13 +138,11 @@ func inboxPurge(ctx context.Context, e *env, args []string) error {
 	if *older <= 0 {
 		return usagef("--older-than is required and must be positive")
 	}
-	db, _, ib, err := f.stores()
+	ctx, _, ib, done, err := f.open(ctx)
 	if err != nil {
 		return err
 	}
-	defer db.Close()
-	ctx, cancel := context.WithTimeout(ctx, *f.timeout)
-	defer cancel()
+	defer done()
 	cutoff := time.Now().Add(-*older)
 	n, err := ib.Purge(ctx, cutoff)
 	if err != nil {
@@ -167,13 +163,11 @@ func sessionShow(ctx context.Context, e *env, args []string) error {
 	if err := f.require("user", "conversation"); err != nil {
 		return err
 	}
-	db, ss, _, err := f.stores()
+	ctx, ss, _, done, err := f.open(ctx)
 	if err != nil {
 		return err
 	}
-	defer db.Close()
-	ctx, cancel := context.WithTimeout(ctx, *f.timeout)
-	defer cancel()
+	defer done()
 	key := session.Key{App: *f.app, User: *user, Conversation: *conv}
 	sess, err := ss.Get(ctx, key, *recent)
 	if errors.Is(err, session.ErrNotFound) || errors.Is(err, session.ErrOwnerMismatch) {
@@ -214,13 +208,11 @@ func sessionDelete(ctx context.Context, e *env, args []string) error {
 	case *conv != "" && *user == "":
 		return usagef("--conversation needs --user")
 	}
-	db, ss, _, err := f.stores()
+	ctx, ss, _, done, err := f.open(ctx)
 	if err != nil {
 		return err
 	}
-	defer db.Close()
-	ctx, cancel := context.WithTimeout(ctx, *f.timeout)
-	defer cancel()
+	defer done()
 	switch {
 	case *conv != "":
 		key := session.Key{App: *f.app, User: *user, Conversation: *conv}
@@ -252,13 +244,11 @@ func migrateCmd(ctx context.Context, e *env, args []string) error {
 	if err := f.parse(args); err != nil {
 		return err
 	}
-	db, ss, ib, err := f.stores()
+	ctx, ss, ib, done, err := f.open(ctx)
 	if err != nil {
 		return err
 	}
-	defer db.Close()
-	ctx, cancel := context.WithTimeout(ctx, *f.timeout)
-	defer cancel()
+	defer done()
 	if err := ss.Migrate(ctx); err != nil {
 		return err
 	}
