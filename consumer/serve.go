@@ -41,7 +41,7 @@ func (rl *recordLog) get() *slog.Logger {
 // With telemetry on it wraps the turn in the record's process span and measures it; off, it
 // costs two nil checks.
 func (p *partition) process(r *record) (*outbound, bool) {
-	ctx, t, m := p.turns, p.c.tracing, p.c.meters
+	ctx, t, m := p.c.turnContext(p.turns), p.c.tracing, p.c.meters
 	if t == nil && m == nil {
 		ob, ok, _ := p.run(ctx, r, nil)
 		return ob, ok

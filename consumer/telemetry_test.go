@@ -19,9 +19,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/turnstile-go/turnstile/consumer"
-	"github.com/turnstile-go/turnstile/internal/kafkatest"
 	"github.com/turnstile-go/turnstile/turn"
 	"github.com/turnstile-go/turnstile/turn/turnotel"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // tracer is an SDK tracer provider whose spans land in an in-memory exporter as they end.
@@ -48,7 +48,7 @@ func spansOf(exp *tracetest.InMemoryExporter, traceID trace.TraceID) map[string]
 // record carries a traceparent of the same trace, naming the send span.
 func TestTraceContinuesFromKcat(t *testing.T) {
 	t.Parallel()
-	kafkatest.NeedKcat(t)
+	turntest.NeedKcat(t)
 	e := setup(t, 3, 3)
 	tp, exp := tracer(t)
 	e.start(memberOpts{tune: func(cfg *consumer.Config) { cfg.Telemetry = turnotel.Options{TracerProvider: tp} }})
@@ -57,12 +57,12 @@ func TestTraceContinuesFromKcat(t *testing.T) {
 	req := request("kcat-trace", "hello from kcat")
 	data, err := req.Encode()
 	require.NoError(t, err)
-	kafkatest.KcatInput(t, []byte(req.ConversationID+"\t"+string(data)+"\n"), "-P", "-b", e.cluster.BrokerList(),
+	turntest.KcatInput(t, []byte(req.ConversationID+"\t"+string(data)+"\n"), "-P", "-b", e.cluster.BrokerList(),
 		"-t", e.requests, "-K", "\t", "-H", "traceparent=00-"+traceID+"-"+parentID+"-01", "-H", "tracestate=vendor=x")
 
 	res := e.resultsByID(1)[req.ID]
 	require.Len(t, res, 1)
-	h := kafkatest.HeaderMap(res[0])
+	h := turntest.HeaderMap(res[0])
 	parts := strings.Split(h["traceparent"], "-")
 	require.Len(t, parts, 4, "result traceparent %q", h["traceparent"])
 	require.Equal(t, traceID, parts[1], "the result continues the producer's trace")
@@ -124,7 +124,7 @@ func TestTenantHeaderTravels(t *testing.T) {
 
 	res := e.resultsByID(1)[req.ID]
 	require.Len(t, res, 1)
-	h := kafkatest.HeaderMap(res[0])
+	h := turntest.HeaderMap(res[0])
 	require.Equal(t, "acme", h["tenant"], "the result carries the tenant header")
 	require.NotContains(t, h, "other", "only ForwardHeaders are copied")
 	require.Equal(t, "acme", seenHeader.Load(), "the model's input carries the record's headers")

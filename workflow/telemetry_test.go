@@ -18,9 +18,9 @@ import (
 	tworker "go.temporal.io/sdk/worker"
 
 	"github.com/turnstile-go/turnstile/consumer"
-	"github.com/turnstile-go/turnstile/internal/kafkatest"
 	"github.com/turnstile-go/turnstile/turn"
 	"github.com/turnstile-go/turnstile/turn/turnotel"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // The acceptance line, Temporal mode: a request produced with a traceparent header is
@@ -70,7 +70,7 @@ func TestDevServerTraceAcrossTemporal(t *testing.T) {
 	s.produce(req, map[string]string{"traceparent": "00-" + traceID + "-" + parentID + "-01", "tenant": "acme"})
 
 	results := s.cluster.ReadAll(t, s.results, 1, wait)
-	h := kafkatest.HeaderMap(results[0])
+	h := turntest.HeaderMap(results[0])
 	require.Equal(t, req.ID, h[consumer.HeaderRequestID])
 	parts := strings.Split(h["traceparent"], "-")
 	require.Len(t, parts, 4, "result traceparent %q", h["traceparent"])

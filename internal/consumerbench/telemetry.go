@@ -14,9 +14,9 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/turnstile-go/turnstile/consumer"
-	"github.com/turnstile-go/turnstile/internal/embedkafka"
 	"github.com/turnstile-go/turnstile/turn"
 	"github.com/turnstile-go/turnstile/turn/turnotel"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // telemetryScenario: instant model, memory stores, every record carrying a W3C traceparent;
@@ -26,7 +26,7 @@ import (
 // alternating.
 func telemetryScenario(ctx context.Context, o options) error {
 	n := orDefault(o.records, 100_000)
-	cluster, err := embedkafka.Start(embedkafka.Options{})
+	cluster, err := turntest.Start(turntest.Options{})
 	if err != nil {
 		return err
 	}

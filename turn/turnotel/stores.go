@@ -38,14 +38,17 @@ func Inbox(ib inbox.Inbox, o Options) inbox.Inbox {
 	if ib == nil || tr == nil {
 		return ib
 	}
-	base := &inboxes{ib: ib, tracer: tr}
+	base := &inboxes{Inbox: ib, ib: ib, tracer: tr}
 	if tx, ok := ib.(inbox.TxCompleter); ok {
 		return &txInbox{inboxes: base, tx: tx}
 	}
 	return base
 }
 
+// inboxes embeds the Inbox, so a method it gains later passes through, untraced, until a
+// span is added here.
 type inboxes struct {
+	inbox.Inbox
 	ib     inbox.Inbox
 	tracer trace.Tracer
 }

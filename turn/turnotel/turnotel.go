@@ -174,14 +174,17 @@ func Sessions(s session.Store, o Options) session.Store {
 	if s == nil || tr == nil {
 		return s
 	}
-	base := &sessions{s: s, tracer: tr}
+	base := &sessions{Store: s, s: s, tracer: tr}
 	if tx, ok := s.(session.TxAppender); ok {
 		return &txSessions{sessions: base, tx: tx}
 	}
 	return base
 }
 
+// sessions embeds the Store, so a method it gains later passes through, untraced, until a
+// span is added here.
 type sessions struct {
+	session.Store
 	s      session.Store
 	tracer trace.Tracer
 }
