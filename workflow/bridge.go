@@ -34,8 +34,10 @@ type BridgeOptions struct {
 	// Headers names the record headers carried into Temporal (and to the model's input);
 	// default DefaultHeaders. The bridge reads them from Tap.
 	Headers []string
-	// Tap, when set, supplies the record headers: add it to the consumer's
-	// Sarama.Consumer.Interceptors. The consumer's Handler sees the request, not the record.
+	// Tap, when set, supplies the record headers of requests that come without
+	// turn.Request.Headers: add it to the consumer's Sarama.Consumer.Interceptors. The consumer
+	// sets Request.Headers, so the bridge it calls needs no Tap; one is kept for requests
+	// handed to the bridge by other code.
 	Tap *HeaderTap
 	// Ledger, when set, records every request handed off, so that Reconcile can re-send a
 	// gap from it.
