@@ -168,6 +168,11 @@ type Config struct {
 	// Telemetry sends traces and metrics to the host's OpenTelemetry providers; its zero
 	// value sends none and costs nothing. See the package doc, "Telemetry".
 	Telemetry turnotel.Options
+
+	// Transactional, when set, turns on the transactional mode: a member's results, dead
+	// letters and offsets commit together in Kafka transactions (see Transactional and
+	// txn.go). Nil, the default, keeps the idempotent producer and group commits.
+	Transactional *Transactional
 }
 
 func (c *Config) setDefaults() {
@@ -207,6 +212,11 @@ func (c *Config) setDefaults() {
 	}
 	if c.ForwardHeaders == nil {
 		c.ForwardHeaders = DefaultForwardHeaders
+	}
+	if c.Transactional != nil {
+		t := *c.Transactional // the caller's struct is left as it is
+		t.setDefaults()
+		c.Transactional = &t
 	}
 }
 
@@ -258,6 +268,9 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("RevokeGrace: %s (plus %s to abandon the turn) is not shorter than Sarama.Consumer.Group.Rebalance.Timeout (%s)",
 				c.RevokeGrace, abandonWait, rt))
 		}
+	}
+	if c.Transactional != nil {
+		errs = append(errs, c.Transactional.validate(c)...)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("consumer: invalid Config: %w", err)

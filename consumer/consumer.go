@@ -128,6 +128,8 @@ type Consumer struct {
 	runCtx     context.Context
 	group      sarama.ConsumerGroup
 	out        *output
+	txn        *txn   // transactional mode (txn.go), nil otherwise
+	txnHook    func() // tests: runs before each CommitTxn
 	pauses     *pauses
 	throttle   *throttle
 	partitions atomic.Int32 // of the requests topic
@@ -168,7 +170,9 @@ func New(cfg Config, h Handler) (*Consumer, error) {
 // rest are cancelled (and redelivered to the group later), the member leaves the group and
 // every connection closes. Run returns nil after such a shutdown, or an error when it cannot
 // start (brokers unreachable, requests topic missing, a replay that would write to production's
-// stores: ErrProductionStore). Run may be called once.
+// stores: ErrProductionStore). In the transactional mode (Config.Transactional) it also ends,
+// with an error wrapping ErrFenced, when the member's transactional producer is fenced or
+// fails for good. Run may be called once.
 func (c *Consumer) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return errors.New("consumer: Run called twice")
@@ -203,14 +207,26 @@ func (c *Consumer) Run(ctx context.Context) error {
 			go c.stopAtEnd(ctx, cancel, client, ends)
 		}
 	}
+	pc := c.cfg.producerConfig(newPartitioner)
+	if c.cfg.Transactional != nil {
+		pc = c.cfg.txnProducerConfig()
+	}
 	producer, err := connect(ctx, func() (sarama.AsyncProducer, error) {
-		return sarama.NewAsyncProducer(c.cfg.Brokers, c.cfg.producerConfig(newPartitioner))
+		return sarama.NewAsyncProducer(c.cfg.Brokers, pc)
 	})
 	if err != nil {
 		return fmt.Errorf("consumer: start producer: %w", err)
 	}
 	c.out = newOutput(producer, c.log)
 	defer c.out.close() // after every claim returned: nothing of theirs is sent any more
+	if c.cfg.Transactional != nil {
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		c.txn = newTxn(ctx, c, producer, cancel)
+		c.out.txn = c.txn
+		defer c.txn.close() // before the producer closes
+	}
 	group, err := sarama.NewConsumerGroupFromClient(c.cfg.GroupID, client)
 	if err != nil {
 		return fmt.Errorf("consumer: join group %q: %w", c.cfg.GroupID, err)
@@ -250,13 +266,13 @@ func (c *Consumer) Run(ctx context.Context) error {
 	// Leaving the group moves the partitions at once; against a hung broker it is bounded.
 	if !within(commitTimeout, func() { err = group.Close() }) {
 		c.log.Warn("leaving the consumer group did not finish in time; continuing", "timeout", commitTimeout.String())
-		return nil
+		return c.txn.error()
 	}
 	wg.Wait()
 	if err != nil {
 		c.log.Warn("consumer group close", "err", err)
 	}
-	return nil
+	return c.txn.error()
 }
 
 // worker serves the records the dispatchers hand it until stop closes.

@@ -105,6 +105,7 @@ type memberOpts struct {
 	runner  func(r *turn.Runner)
 	handler consumer.Handler // instead of a Runner over the env's stores
 	wrap    func(consumer.Handler) consumer.Handler
+	before  func(c *consumer.Consumer) // after New, before Run
 }
 
 // start runs a member of the group over the env's stores until the test ends or stop.
@@ -150,6 +151,9 @@ func (e *env) start(o memberOpts) *member {
 	c, err := consumer.New(cfg, h)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
+	if o.before != nil {
+		o.before(c)
+	}
 	m := &member{c: c, cancel: cancel, done: make(chan error, 1), dialer: d}
 	go func() { m.done <- c.Run(ctx) }()
 	t.Cleanup(func() { m.stop(t) })

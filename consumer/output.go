@@ -20,6 +20,7 @@ const (
 	outResult         outKind = iota // a result on Config.ResultsTopic
 	outDeadLetter                    // a dead letter carrying the request record as it came
 	outBareDeadLetter                // a dead letter without the record's value (it was refused)
+	outNothing                       // transactional mode: no record, the offset only (txn.go)
 )
 
 // outbound is a result or dead letter on its way to the broker. It rides in
@@ -53,6 +54,8 @@ type output struct {
 	mu      sync.RWMutex  // send (read) against close (write): Input is closed by AsyncClose
 	closed  bool
 	done    chan struct{} // the ack loop ended
+
+	txn *txn // transactional mode: acknowledgements go to the transaction (txn.go)
 }
 
 func newOutput(producer sarama.AsyncProducer, log *slog.Logger) *output {
@@ -100,6 +103,10 @@ func (o *output) acks() {
 				continue
 			}
 			if ob, ok := m.Metadata.(*outbound); ok {
+				if o.txn != nil {
+					o.txn.ack(ob, nil)
+					continue
+				}
 				ob.p.delivered(ob)
 			}
 		case e, ok := <-errs:
@@ -108,6 +115,10 @@ func (o *output) acks() {
 				continue
 			}
 			if ob, ok := e.Msg.Metadata.(*outbound); ok {
+				if o.txn != nil {
+					o.txn.ack(ob, e.Err)
+					continue
+				}
 				ob.p.failed(ob, e.Err)
 			}
 		}

@@ -272,6 +272,9 @@ func (p *partition) handoff(r *record, ob *outbound) {
 		p.gaveUp()
 		return
 	}
+	if ob == nil && p.c.txn != nil { // its offset commits with a transaction
+		ob = &outbound{p: p, r: r, kind: outNothing}
+	}
 	if ob == nil {
 		p.mu.Lock()
 		p.turnEnded()
@@ -285,7 +288,7 @@ func (p *partition) handoff(r *record, ob *outbound) {
 	r.state = recSending
 	p.sending++
 	p.mu.Unlock()
-	sent := p.c.out.send(ob)
+	sent := p.c.send(ob)
 	p.mu.Lock()
 	p.turnEnded()
 	if sent {
@@ -303,7 +306,7 @@ func (p *partition) handoff(r *record, ob *outbound) {
 func (p *partition) resend(ob *outbound) {
 	p.out.RLock()
 	defer p.out.RUnlock()
-	if p.abandoned || !p.c.out.send(ob) {
+	if p.abandoned || !p.c.send(ob) {
 		p.mu.Lock()
 		p.sending--
 		p.mu.Unlock()
@@ -359,7 +362,7 @@ func (p *partition) complete(r *record) {
 		return
 	}
 	p.window = p.window[n:]
-	if !p.abandoned {
+	if !p.abandoned && p.c.txn == nil { // transactional: the offset was committed with the outcome
 		p.sess.MarkOffset(p.t.topic, p.t.partition, p.lastDone+1, "")
 	}
 	if p.full && len(p.window) <= p.c.cfg.MaxBuffered/2 && !p.closed {
@@ -432,6 +435,10 @@ func (p *partition) drain(done <-chan time.Time) bool {
 // in progress (a channel send to the producer) to finish.
 func (p *partition) abandon() {
 	p.out.Lock()
+	if t := p.c.txn; t != nil { // a commit in progress ends first (txn.go)
+		t.mu.Lock()
+		defer t.mu.Unlock()
+	}
 	p.mu.Lock()
 	p.abandoned = true
 	p.mu.Unlock()
