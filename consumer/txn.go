@@ -261,6 +261,9 @@ func (t *txn) loop() {
 	}
 }
 
+// errPublish aborts a transaction in which a publish failed.
+var errPublish = errors.New("a publish of the transaction failed")
+
 // errAbandoned aborts a transaction that holds outcomes of a partition the member released.
 var errAbandoned = errors.New("a partition of the transaction was released")
 
@@ -283,7 +286,15 @@ func (t *txn) commit() bool {
 			}
 			return true
 		}
+		// Every outcome acknowledged first: a publish that failed is known before anything
+		// commits (sarama would fail the commit for it anyway).
+		if !t.waitAcks() {
+			return false
+		}
 		offsets, meta, err := t.offsets()
+		if err == nil && len(t.errs) > 0 {
+			err = errPublish
+		}
 		if err == nil {
 			err = t.producer.AddOffsetsToTxnWithGroupMetadata(offsets, meta)
 		}

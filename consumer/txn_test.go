@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -111,4 +112,100 @@ func TestTxnBackToBack(t *testing.T) {
 	eventually(t, func() bool { return e.committed(2) == 51 })
 	require.EqualValues(t, 51, m.c.Stats().Results)
 	require.EqualValues(t, 51, e.totalCalls(), "one model call per request")
+}
+
+// finish waits for a member's Run to return (after cancelling it) and hands its error over,
+// so that the env's cleanup does not require a nil error from it.
+func (m *member) finish(t *testing.T) error {
+	t.Helper()
+	m.cancel()
+	select {
+	case err := <-m.done:
+		close(m.done)
+		return err
+	case <-time.After(wait):
+		t.Fatalf("member did not stop within %v", wait)
+		return nil
+	}
+}
+
+// Two members given the same transactional id: the newer one's InitProducerId fences the
+// older, whose Run ends with ErrFenced (its producer closed, its open transaction never
+// committed); the newer serves every request, and a read_committed reader finds one result
+// per request id.
+func TestTxnSameIDFencesTheOlder(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 4, 4)
+	older := e.start(memberOpts{tune: e.transactional("pod-0", nil)})
+	first := requests(40, 20)
+	e.produce(first...)
+	requireOnce(t, e.readCommitted(e.results, len(first)), first)
+
+	newer := e.start(memberOpts{tune: e.transactional("pod-0", nil)})
+	eventually(t, func() bool { return newer.c.Stats().Claims > 0 }, "the newer member owns partitions")
+	second := requests(80, 20) // on every partition, the older member's too
+	e.produce(second...)
+
+	var err error
+	select {
+	case err = <-older.done:
+		close(older.done)
+	case <-time.After(wait):
+		t.Fatalf("the older member was not fenced within %v", wait)
+	}
+	require.ErrorIs(t, err, consumer.ErrFenced)
+	all := append(first, second...)
+	requireOnce(t, e.readCommitted(e.results, len(all)), all)
+	eventually(t, func() bool { return e.committed(4) == int64(len(all)) }, "every offset committed")
+}
+
+// A member killed (network and stores cut) after producing results but before CommitTxn:
+// its transaction stays open until the coordinator aborts it after the transaction timeout
+// (a read_committed reader then reads past it, and sees none of its results), and the next
+// owner serves the records once: one result per request for a read_committed reader.
+func TestTxnKilledBeforeCommit(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 2, 2)
+	reached, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	txnTune := e.transactional("", nil)
+	tune := func(cfg *consumer.Config) {
+		txnTune(cfg)
+		// Once killed, its commit and abort fail fast instead of retrying sarama's 50 times.
+		cfg.Sarama.Producer.Transaction.Retry.Max = 2
+	}
+	dead := e.start(memberOpts{tune: tune, before: func(c *consumer.Consumer) {
+		consumer.SetTxnHook(c, func() {
+			once.Do(func() { close(reached) })
+			<-release
+		})
+	}})
+	t.Cleanup(func() {
+		close(release)
+		err := dead.finish(t) // a killed member's commit fails: any error is its own
+		t.Logf("killed member's Run returned: %v", err)
+	})
+	reqs := requests(40, 10)
+	e.produce(reqs...)
+	recv(t, reached, "a commit")
+	dead.crash()
+	e.cluster.ReadAllUncommitted(t, e.results, 1, wait) // the open transaction holds results
+
+	// Nobody aborts the dead member's transaction but its timeout: a record written after it
+	// becomes visible to a read_committed reader once it is aborted, and none of it is.
+	for p := range int32(2) {
+		e.cluster.ProduceTo(t, e.results, p, "marker", []byte("marker"),
+			map[string]string{consumer.HeaderRequestID: fmt.Sprintf("marker-%d", p)})
+	}
+	start := time.Now()
+	got := e.readCommitted(e.results, 2)
+	t.Logf("read_committed reader passed the dead member's transaction after %v (transaction timeout %v)", time.Since(start), txnTimeout)
+	require.Equal(t, map[string]int{"marker-0": 1, "marker-1": 1}, got, "only the markers: the dead member's results were aborted")
+
+	e.start(memberOpts{tune: e.transactional("", nil)})
+	got = e.readCommitted(e.results, len(reqs)+2)
+	delete(got, "marker-0")
+	delete(got, "marker-1")
+	requireOnce(t, got, reqs)
+	eventually(t, func() bool { return e.committed(2) == int64(len(reqs)) }, "every offset committed")
 }
