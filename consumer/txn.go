@@ -120,11 +120,20 @@ func (t *Transactional) validate(c *Config) []error {
 // transactionalID is the member's transactional id.
 func (t *Transactional) transactionalID() string { return t.IDPrefix + "-" + t.InstanceID }
 
+// txnRetryBackoff is the transactional producer's retry backoff when the user left sarama's.
+const txnRetryBackoff = 10 * time.Millisecond
+
 // txnProducerConfig returns the producer config of the transactional mode.
 func (c *Config) txnProducerConfig() *sarama.Config {
 	sc := c.producerConfig(newPartitioner)
 	sc.Producer.Transaction.ID = c.Transactional.transactionalID()
 	sc.Producer.Transaction.Timeout = c.Transactional.timeout(c)
+	if sc.Producer.Transaction.Retry.Backoff == sarama.NewConfig().Producer.Transaction.Retry.Backoff {
+		// Right after a commit the coordinator answers CONCURRENT_TRANSACTIONS until its markers
+		// are written; sarama's 100 ms backoff would idle every transaction that long (the Java
+		// client retries that case after 20 ms).
+		sc.Producer.Transaction.Retry.Backoff = txnRetryBackoff
+	}
 	return sc
 }
 

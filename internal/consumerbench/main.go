@@ -7,6 +7,7 @@
 //	go run ./internal/consumerbench -scenario latency    # added latency at half the by-partition maximum rate
 //	go run ./internal/consumerbench -scenario stores     # PostgreSQL and SQLite stores vs memory stores, 50 ms model
 //	go run ./internal/consumerbench -scenario memory     # peak RSS with a 1,000,000-record backlog (broker in a child process)
+//	go run ./internal/consumerbench -scenario txn        # transactional mode vs default: throughput and read_committed latency
 //	go run ./internal/consumerbench -scenario telemetry  # tracing and metrics on (OpenTelemetry SDK, no-op exporter) vs off;
 //	                                                    # -model 5ms for a model that takes time, CONSUMERBENCH_TELEMETRY=traces (or metrics) for one alone
 //
@@ -57,7 +58,7 @@ var quiet = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: 
 
 func main() {
 	var o options
-	flag.StringVar(&o.scenario, "scenario", "overhead", "overhead, slow, pc, latency, stores, memory or telemetry")
+	flag.StringVar(&o.scenario, "scenario", "overhead", "overhead, slow, pc, latency, stores, memory, telemetry or txn")
 	flag.IntVar(&o.records, "records", 0, "records per run (0: the scenario's default)")
 	flag.IntVar(&o.partitions, "partitions", 12, "partitions of the requests topic")
 	flag.IntVar(&o.keys, "keys", 1000, "conversations (record keys)")
@@ -146,6 +147,8 @@ func main() {
 		err = memory(ctx, o)
 	case o.scenario == "telemetry":
 		err = telemetryScenario(ctx, o)
+	case o.scenario == "txn":
+		err = txnScenario(ctx, o)
 	case o.scenario == "memory-one":
 		err = memoryOne(ctx, o)
 	default:
