@@ -209,3 +209,64 @@ func TestTxnKilledBeforeCommit(t *testing.T) {
 	requireOnce(t, got, reqs)
 	eventually(t, func() bool { return e.committed(2) == int64(len(reqs)) }, "every offset committed")
 }
+
+// A run of 5,000 requests over 200 conversations during which 10 members are killed (network
+// and stores cut, no goodbye), in the transactional mode: a read_committed reader in another
+// client (librdkafka) counts exactly 5,000 distinct results and no duplicate result record.
+// The same run in the default mode logs how many duplicates a reader that does not dedup
+// would have seen.
+func TestTxnKillsLeaveNoDuplicates(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long run: 5,000 requests and 10 kills")
+	}
+	t.Parallel()
+	needPython(t)
+	for _, mode := range []string{"transactional", "default"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			dups := killRun(t, mode == "transactional")
+			if mode == "transactional" {
+				require.Zero(t, dups, "duplicate result records for a read_committed reader")
+			} else {
+				t.Logf("default mode: %d duplicate result records across 10 kills", dups)
+			}
+		})
+	}
+}
+
+// killRun serves 5,000 requests of 200 conversations with two members at a time; after each
+// tenth of the requests is produced and half of it served, it kills one member and starts
+// another; it returns the result records beyond
+// one per request that librdkafka's read_committed reader counts, after requiring one result
+// at least for every request.
+func killRun(t *testing.T, transactional bool) int {
+	const total, convs, kills = 5000, 200, 10
+	e := setup(t, 4, 4)
+	opts := func() memberOpts {
+		if transactional {
+			return memberOpts{tune: e.transactional("", nil)}
+		}
+		return memberOpts{}
+	}
+	live := []*member{e.start(opts()), e.start(opts())}
+	reqs := requests(total, convs)
+	chunk := total / kills
+	for k := range kills { // a chunk of requests, then a kill once half of it is served
+		e.produce(reqs[k*chunk : (k+1)*chunk]...)
+		eventually(t, func() bool { return e.totalCalls() >= int64(k*chunk+chunk/2) }, "progress before kill %d", k+1)
+		victim := live[0]
+		live = append(live[1:], e.start(opts()))
+		victim.crash()
+		t.Cleanup(func() { _ = victim.finish(t) }) // a killed member's last commit fails: its error is its own
+	}
+	got := python(t, "", "count", e.cluster.BrokerList(), e.results, fmt.Sprint(total))
+	require.Len(t, got, 1)
+	dups := 0
+	for _, r := range reqs {
+		n, ok := got[0][r.ID].(float64)
+		require.True(t, ok, "no result for request %s", r.ID)
+		dups += int(n) - 1
+	}
+	require.Len(t, got[0], total, "results of unknown request ids")
+	return dups
+}

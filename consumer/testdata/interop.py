@@ -3,6 +3,9 @@
 produce BROKERS TOPIC  < lines "key<TAB>value": produces each with header origin=python and the
                          murmur2_random partitioner (what Java producers pick), then prints
                          one JSON line per record: {"key", "partition"}.
+count BROKERS TOPIC N:   reads as a read_committed consumer until it has records of N distinct
+                         request-id headers and 3 s pass with nothing new, then prints one JSON
+                         line: {request id: records}.
 consume BROKERS TOPIC N: reads N records from the beginning as a read_committed consumer and
                          prints one JSON line per record: {"key", "partition", "headers", "value"}.
 """
@@ -56,8 +59,30 @@ def consume(brokers, topic, n):
         print(json.dumps(g))
 
 
+def count(brokers, topic, n):
+    c = Consumer({
+        "bootstrap.servers": brokers, "group.id": "interop-%d" % time.time_ns(),
+        "auto.offset.reset": "earliest", "isolation.level": "read_committed", "enable.auto.commit": False,
+    })
+    c.subscribe([topic])
+    got, deadline, last = {}, time.time() + 120, time.time()
+    while time.time() < deadline and (len(got) < n or time.time() - last < 3):
+        m = c.poll(0.5)
+        if m is None or m.error():
+            continue
+        last = time.time()
+        rid = dict((k, v.decode()) for k, v in (m.headers() or [])).get("request-id", "")
+        got[rid] = got.get(rid, 0) + 1
+    c.close()
+    if len(got) < n:
+        sys.exit("read %d of %d request ids" % (len(got), n))
+    print(json.dumps(got))
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "produce":
         produce(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "count":
+        count(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     else:
         consume(sys.argv[2], sys.argv[3], int(sys.argv[4]))
