@@ -16,7 +16,9 @@
 //     read). Marks are committed every Config.CommitInterval, on revoke and on shutdown, so a
 //     crash anywhere means redelivery from the watermark, never a gap.
 //   - Effectively once (G3): the Handler (turn.Runner) dedups by request id; results carry the
-//     request id in a header for readers that dedup; the producer is idempotent.
+//     request id in a header for readers that dedup; the producer is idempotent. With
+//     Config.Transactional, results, dead letters and offsets commit in one Kafka transaction
+//     (txn.go, Transactional), so a read_committed reader sees one result per request id.
 //   - No stall (G5): a failing record is retried with backoff up to Config.MaxAttempts, counted
 //     in the inbox across members and crashes, then dead-lettered with the reason in headers.
 //     Records that do not decode are dead-lettered at once. By key, a slow conversation holds

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,7 +13,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/turnstile-go/turnstile/consumer"
+	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // txnTimeout is the transaction timeout of these tests: below kfake's 1 s group session timeout.
@@ -269,4 +272,57 @@ func killRun(t *testing.T, transactional bool) int {
 	}
 	require.Len(t, got[0], total, "results of unknown request ids")
 	return dups
+}
+
+// An abortable error aborts the transaction and sends its outcomes again in a new one, without
+// a second model call: a result the results topic refuses (too large) fails its publish, the
+// transaction is aborted, and the next one carries the dead letter that replaces it and the
+// other outcomes.
+func TestTxnAbortResendsWithoutModelCall(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 1, 1)
+	m := e.start(memberOpts{tune: e.transactional("", nil), model: func(_ context.Context, in turn.Input) (turn.Output, error) {
+		if in.Request.Text == "write me a novel" {
+			return turn.Output{Events: []session.Event{{Text: strings.Repeat("words ", 200_000)}}}, nil
+		}
+		return echo(in)
+	}})
+	novel, next := request("c-novel", "write me a novel"), request("c-novel", "a haiku then")
+	e.produce(novel, next)
+	dead := e.cluster.ReadAll(t, e.dlq, 1, wait) // read_committed
+	require.Len(t, dead, 1)
+	h := turntest.HeaderMap(dead[0])
+	require.Equal(t, novel.ID, h[consumer.HeaderRequestID])
+	require.Contains(t, h[consumer.HeaderReason], "refused by the results topic")
+	requireOnce(t, e.readCommitted(e.results, 1), []turn.Request{next})
+	eventually(t, func() bool { return m.c.Stats().Records == 2 && e.committed(1) == 2 })
+	require.EqualValues(t, 1, e.callsOf(novel.ID), "the retried transaction did not call the model again")
+	require.EqualValues(t, 1, e.callsOf(next.ID))
+}
+
+func TestTxnConfigValidate(t *testing.T) {
+	t.Parallel()
+	h := consumer.HandlerFunc(func(context.Context, turn.Request) (*turn.Result, error) { return nil, nil })
+	ok := consumer.Config{Brokers: []string{"127.0.0.1:1"}, GroupID: "g", RequestsTopic: "r", ResultsTopic: "res", DeadLetterTopic: "d",
+		Transactional: &consumer.Transactional{IDPrefix: "svc"}}
+	_, err := consumer.New(ok, h)
+	require.NoError(t, err, "defaults: Timeout is half of sarama's 10 s session timeout")
+
+	bad := ok
+	bad.Transactional = &consumer.Transactional{}
+	_, err = consumer.New(bad, h)
+	require.ErrorContains(t, err, "Transactional.IDPrefix: empty")
+
+	bad.Transactional = &consumer.Transactional{IDPrefix: "svc", Timeout: 10 * time.Second}
+	_, err = consumer.New(bad, h)
+	require.ErrorContains(t, err, "Transactional.Timeout: 10s is not below the group's session timeout (10s)")
+
+	bad.Transactional = &consumer.Transactional{IDPrefix: "svc", Timeout: 50 * time.Millisecond}
+	_, err = consumer.New(bad, h)
+	require.ErrorContains(t, err, "is not above Interval (100ms)")
+
+	bad.Transactional = &consumer.Transactional{IDPrefix: "svc"}
+	bad.Replay = &consumer.Replay{}
+	_, err = consumer.New(bad, h)
+	require.ErrorContains(t, err, "Transactional: cannot be combined with Replay")
 }

@@ -39,6 +39,10 @@ func check(ctx context.Context, sum *Summary, wl *workload, prod *producer, w *w
 	sum.P50, sum.P99 = percentile(latencies, 50), percentile(latencies, 99)
 	sum.add(lost == 0, "0 lost: every request has a result",
 		"%d of %d request ids on %s%s", len(wl.order)-lost, len(wl.order), ResultsTopic, firstLost)
+	if fl.transactional {
+		sum.add(sum.ResultRecords == sum.Results, "0 repeated result records for a read_committed reader (transactional mode)",
+			"%d result records for %d request ids", sum.ResultRecords, sum.Results)
+	}
 	sum.add(w.badResults == 0, "every result record is a valid result envelope",
 		"%d of %d records on %s do not decode", w.badResults, w.resultRecords, ResultsTopic)
 

@@ -150,8 +150,11 @@ type deadLetter struct {
 	reason, attempts string
 }
 
-func newWatcher(brokers []string) (*watcher, error) {
+func newWatcher(brokers []string, readCommitted bool) (*watcher, error) {
 	sc := saramaConfig()
+	if readCommitted {
+		sc.Consumer.IsolationLevel = sarama.ReadCommitted
+	}
 	client, err := sarama.NewClient(brokers, sc)
 	if err != nil {
 		return nil, fmt.Errorf("quickstart: connect to %v: %w", brokers, err)

@@ -31,6 +31,9 @@
 //	                   JSON) to FILE ("-": standard error): a span per request from the producer,
 //	                   through the member that ran it (process, inbox, session, model, append,
 //	                   send), and the members' metrics (turns, lag, pauses, ...)
+//	-transactional     run the members in the transactional mode (consumer.Transactional):
+//	                   results and offsets commit together; the results are read as
+//	                   read_committed and a repeated result record fails the run
 //
 // The logic lives in run (quickstart.go), which quickstart_test.go calls with a small workload.
 package main
@@ -67,6 +70,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.Postgres, "postgres", "", "PostgreSQL DSN for the session store and inbox (default: SQLite)")
 	fs.StringVar(&cfg.DBPath, "db", "", "SQLite database file (default: in a temporary directory)")
 	fs.BoolVar(&verbose, "v", false, "log the consumers' info lines")
+	fs.BoolVar(&cfg.Transactional, "transactional", false, "transactional mode: results and offsets commit together; the check reads results as read_committed and allows no repeated result record")
 	otelPath := fs.String("otel", "", "write OpenTelemetry traces and metrics as JSON to this file (- for stderr)")
 	if err := fs.Parse(args); err != nil {
 		return 2

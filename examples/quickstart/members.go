@@ -22,6 +22,8 @@ type fleet struct {
 	log     *slog.Logger
 	tel     *telemetry // nil: no telemetry
 
+	transactional bool // members run in the transactional mode
+
 	mu      sync.Mutex
 	members []*member
 }
@@ -68,6 +70,7 @@ func (f *fleet) start() error {
 		Sarama:          saramaConfig(),
 		Logger:          log,
 		Telemetry:       tel,
+		Transactional:   f.txn(name),
 	}, consumer.RunnerHandler(runner))
 	if err != nil {
 		return err
@@ -85,6 +88,15 @@ func (f *fleet) start() error {
 	f.members = append(f.members, m)
 	f.mu.Unlock()
 	return nil
+}
+
+// txn is a member's transactional mode, nil when it is off: ids are the group's name and the
+// member's.
+func (f *fleet) txn(name string) *consumer.Transactional {
+	if !f.transactional {
+		return nil
+	}
+	return &consumer.Transactional{IDPrefix: f.group, InstanceID: name}
 }
 
 // stop shuts m down gracefully: Run drains the turns in flight, commits and leaves the group.

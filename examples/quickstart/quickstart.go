@@ -64,6 +64,9 @@ type Config struct {
 	// Telemetry, when set, receives every member's and the producer's spans and metrics,
 	// as JSON from the OpenTelemetry SDK's stdout exporters.
 	Telemetry io.Writer
+	// Transactional runs the members in the transactional mode (consumer.Transactional); the
+	// results are then read as read_committed, and a repeated result record fails the run.
+	Transactional bool
 }
 
 func (c *Config) setDefaults() {
@@ -180,7 +183,7 @@ func run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (Summary, er
 			return Summary{}, err
 		}
 	}
-	w, err := newWatcher(brokers)
+	w, err := newWatcher(brokers, cfg.Transactional)
 	if err != nil {
 		return Summary{}, err
 	}
@@ -193,7 +196,7 @@ func run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (Summary, er
 		tel = newTelemetry(cfg.Telemetry)
 		defer func() { _ = tel.close(context.WithoutCancel(ctx)) }()
 	}
-	fleet := &fleet{brokers: brokers, group: group, stores: st, model: model, log: cfg.Logger, tel: tel}
+	fleet := &fleet{brokers: brokers, group: group, stores: st, model: model, log: cfg.Logger, tel: tel, transactional: cfg.Transactional}
 	defer fleet.stopAll()
 	for range 2 {
 		if err := fleet.start(); err != nil {

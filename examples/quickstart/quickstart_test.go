@@ -68,6 +68,21 @@ func TestQuickstartOnSQLite(t *testing.T) {
 	requireChecks(t, sum)
 }
 
+// The -transactional flag: the members commit results and offsets in transactions, and the
+// check that a read_committed reader saw no repeated result record runs, and passes, through
+// the rebalance halfway.
+func TestQuickstartTransactional(t *testing.T) {
+	t.Parallel()
+	sum := runSmall(t, Config{DBPath: filepath.Join(t.TempDir(), "quickstart.db"), Transactional: true})
+	requireChecks(t, sum)
+	var ran bool
+	for _, c := range sum.Checks {
+		ran = ran || strings.Contains(c.Name, "transactional")
+	}
+	require.True(t, ran, "the transactional check ran")
+	require.Equal(t, sum.Requests, sum.ResultRecords, "one result record per request")
+}
+
 func TestQuickstartOnPostgreSQL(t *testing.T) {
 	t.Parallel()
 	dsn, prefix := postgres(t)
