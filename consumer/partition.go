@@ -149,6 +149,9 @@ func (p *partition) push(msg *sarama.ConsumerMessage) {
 func (p *partition) setFull(on bool) {
 	p.full = on
 	p.c.pauses.setFull(p.t, on)
+	if on && p.c.txn != nil { // its records are done only at commit: commit now (txn.go)
+		wake(p.c.txn.full)
+	}
 }
 
 // makeReady puts k on the ready list if its next record may start. Called with mu held.

@@ -14,7 +14,7 @@ import (
 // Defaults of Transactional.
 const (
 	DefaultTxnInterval   = 100 * time.Millisecond
-	DefaultTxnMaxRecords = 1000
+	DefaultTxnMaxRecords = 5000
 )
 
 // ErrFenced is what Run returns (wrapped) when the member's transactional producer is fenced
@@ -66,8 +66,9 @@ type Transactional struct {
 	// Interval is the longest a transaction with outcomes in it stays open. Default
 	// DefaultTxnInterval.
 	Interval time.Duration
-	// MaxRecords commits a transaction once it holds this many outcomes. Default
-	// DefaultTxnMaxRecords.
+	// MaxRecords commits a transaction once it holds this many outcomes; a partition whose
+	// window fills (Config.MaxBuffered) also commits the transaction at once, since its records
+	// are done only at commit. Default DefaultTxnMaxRecords.
 	MaxRecords int
 	// Timeout is the transaction timeout (Kafka's transaction.timeout.ms): the coordinator
 	// aborts a transaction open longer. It must be below the group's session timeout
