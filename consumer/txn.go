@@ -287,7 +287,10 @@ func (t *txn) commit() bool {
 		return false
 	}
 	for attempt := 0; ; attempt++ {
-		if !t.open || len(t.batch) == 0 && t.pending == 0 {
+		t.bmu.Lock()
+		empty := len(t.batch) == 0 && t.pending == 0
+		t.bmu.Unlock()
+		if !t.open || empty {
 			if t.open { // begun by a send that then gave up
 				if err := t.producer.AbortTxn(); err != nil {
 					return t.fail(err)
@@ -302,7 +305,10 @@ func (t *txn) commit() bool {
 			return false
 		}
 		offsets, meta, err := t.offsets()
-		if err == nil && len(t.errs) > 0 {
+		t.bmu.Lock()
+		failed := len(t.errs) > 0
+		t.bmu.Unlock()
+		if err == nil && failed {
 			err = errPublish
 		}
 		if err == nil {
@@ -390,7 +396,9 @@ func (t *txn) committed() {
 		}
 	}
 	t.batch, t.open = nil, false
+	t.bmu.Lock()
 	clear(t.errs)
+	t.bmu.Unlock()
 }
 
 // resend begins a new transaction with the aborted one's outcomes: those of released
@@ -412,7 +420,10 @@ func (t *txn) resend() bool {
 			ob.p.unsent()
 			continue
 		}
-		if err := t.errs[ob]; err != nil && refused(err) {
+		t.bmu.Lock()
+		err := t.errs[ob]
+		t.bmu.Unlock()
+		if err != nil && refused(err) {
 			ob.endPublish(err)
 			if next := ob.replacement(err); next != nil {
 				ob = next
@@ -424,7 +435,9 @@ func (t *txn) resend() bool {
 			}
 		}
 		if ob.kind != outNothing {
+			t.bmu.Lock()
 			t.pending++
+			t.bmu.Unlock()
 			select {
 			case t.producer.Input() <- ob.pm:
 			case <-t.stop:
@@ -433,7 +446,9 @@ func (t *txn) resend() bool {
 		}
 		t.batch = append(t.batch, ob)
 	}
+	t.bmu.Lock()
 	clear(t.errs)
+	t.bmu.Unlock()
 	return true
 }
 
