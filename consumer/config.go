@@ -298,6 +298,12 @@ func (c *Config) groupConfig() *sarama.Config {
 	if sc.Consumer.MaxWaitTime == def.Consumer.MaxWaitTime {
 		sc.Consumer.MaxWaitTime = resumeFetchWait
 	}
+	if c.Transactional != nil {
+		// read_committed makes sarama fetch a claim's committed offset with RequireStable
+		// (OffsetFetch v7, KIP-447): a new owner waits for a transaction still committing the
+		// partition's offset instead of starting below it and serving its records again.
+		sc.Consumer.IsolationLevel = sarama.ReadCommitted
+	}
 	strategies := sc.Consumer.Group.Rebalance.GroupStrategies
 	if len(strategies) == 0 || (len(strategies) == 1 && (strategies[0].Name() == sarama.RangeBalanceStrategyName ||
 		strategies[0].Name() == sarama.CooperativeStickyBalanceStrategyName)) {

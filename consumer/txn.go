@@ -365,11 +365,10 @@ func (t *txn) offsets() (map[string][]*sarama.PartitionOffsetMetadata, *sarama.C
 	offsets := map[string][]*sarama.PartitionOffsetMetadata{}
 	var sess sarama.ConsumerGroupSession
 	for p, recs := range in {
-		p.mu.Lock()
-		if p.abandoned {
-			p.mu.Unlock()
+		if p.released() {
 			return nil, nil, errAbandoned
 		}
+		p.mu.Lock()
 		next := p.lastDone + 1
 		for _, r := range p.window {
 			if r.state != recDone && !recs[r] {
@@ -379,11 +378,21 @@ func (t *txn) offsets() (map[string][]*sarama.PartitionOffsetMetadata, *sarama.C
 		}
 		p.mu.Unlock()
 		offsets[p.t.topic] = append(offsets[p.t.topic], &sarama.PartitionOffsetMetadata{Partition: p.t.partition, Offset: next})
-		if sess == nil || sess.GenerationID() < p.sess.GenerationID() {
-			sess = p.sess
-		}
+		sess = p.sess // one session: those of ended sessions were released above
 	}
 	return offsets, sarama.NewConsumerGroupMetadataFromSession(sess, t.c.cfg.GroupID, nil), nil
+}
+
+// released reports whether the partition's outcomes may no longer commit: it was abandoned, or
+// its session ended (the member left or was expelled from the group, so its generation is gone
+// and another member may own the partition; sessions do not overlap, so every partition whose
+// session is live shares one generation). With a cooperative strategy the session, and its
+// generation (GenerationID), lives across rebalances.
+func (p *partition) released() bool {
+	p.mu.Lock()
+	abandoned := p.abandoned
+	p.mu.Unlock()
+	return abandoned || p.sess.Context().Err() != nil
 }
 
 // committed completes the transaction's records: sending -> done. Called with mu held.
@@ -402,7 +411,7 @@ func (t *txn) committed() {
 }
 
 // resend begins a new transaction with the aborted one's outcomes: those of released
-// partitions are dropped (the next owner redoes them), a refused one is replaced as in the
+// partitions (released) are dropped, left below the watermark for the next owner, a refused one is replaced as in the
 // default mode (a result by a dead letter, a dead letter by one without the value). Called
 // with mu held.
 func (t *txn) resend() bool {
@@ -413,10 +422,7 @@ func (t *txn) resend() bool {
 	}
 	t.open = true
 	for _, ob := range old {
-		ob.p.mu.Lock()
-		abandoned := ob.p.abandoned
-		ob.p.mu.Unlock()
-		if abandoned {
+		if ob.p.released() {
 			ob.p.unsent()
 			continue
 		}
