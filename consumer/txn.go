@@ -53,6 +53,13 @@ var ErrFenced = errors.New("consumer: transactional producer fenced or failed")
 // and the turns' outcomes are in the inbox, so nothing calls the model again. A fenced or
 // fatally failed producer is final: see ErrFenced.
 //
+// Outcomes of a partition whose claim was released (abandoned after the grace) or whose group
+// session ended (the member was expelled) never commit: a transaction holding them is aborted
+// and the others are sent again, since another member may own the partition by then. The
+// group's client reads with isolation.level=read_committed, so that sarama fetches a new
+// claim's offset with RequireStable (OffsetFetch v7): a new owner waits for a transaction
+// still committing that offset rather than serving its records again.
+//
 // Transactional cannot be combined with Replay. It needs brokers of Kafka 2.5 or later.
 type Transactional struct {
 	// IDPrefix starts the transactional ids (Kafka's transactional.id) of the service's
@@ -369,7 +376,13 @@ func (t *txn) offsets() (map[string][]*sarama.PartitionOffsetMetadata, *sarama.C
 			return nil, nil, errAbandoned
 		}
 		p.mu.Lock()
+		// The watermark: the lowest record neither done nor in the transaction. A window's
+		// head that is neither keeps the offset where it is (its own: lastDone is -1 on a
+		// fresh claim, and offset 0 would rewind the group).
 		next := p.lastDone + 1
+		if len(p.window) > 0 {
+			next = p.window[0].msg.Offset
+		}
 		for _, r := range p.window {
 			if r.state != recDone && !recs[r] {
 				break
