@@ -28,6 +28,12 @@ type record struct {
 	msg   *sarama.ConsumerMessage
 	key   *keyQueue
 	state recState
+
+	// Transactional mode (txn.go): an outcome waits here until every lower record's outcome
+	// is staged too, and is then sent (sent), so that a transaction never holds a result
+	// whose offset it does not commit.
+	staged *outbound
+	sent   bool
 }
 
 // keyQueue holds the records of one key (in by-key ordering, a conversation; in by-partition
@@ -67,6 +73,8 @@ type partition struct {
 	// out is held (read) while an outcome is handed to the producer and (write) by abandon,
 	// so that once abandon returns nothing of this partition reaches the producer again.
 	out sync.RWMutex
+	// stage is held while staged outcomes are collected and sent in offset order (txn.go).
+	stage sync.Mutex
 
 	mu        sync.Mutex
 	window    []*record            // records received and not yet below the watermark, by offset
@@ -291,7 +299,12 @@ func (p *partition) handoff(r *record, ob *outbound) {
 	r.state = recSending
 	p.sending++
 	p.mu.Unlock()
-	sent := p.c.send(ob)
+	sent := true
+	if p.c.txn != nil {
+		p.c.txn.stage(r, ob) // the record stays sending until its transaction commits
+	} else {
+		sent = p.c.out.send(ob)
+	}
 	p.mu.Lock()
 	p.turnEnded()
 	if sent {
@@ -309,7 +322,7 @@ func (p *partition) handoff(r *record, ob *outbound) {
 func (p *partition) resend(ob *outbound) {
 	p.out.RLock()
 	defer p.out.RUnlock()
-	if p.abandoned || !p.c.send(ob) {
+	if p.abandoned || !p.c.out.send(ob) {
 		p.mu.Lock()
 		p.sending--
 		p.mu.Unlock()

@@ -32,8 +32,10 @@ var ErrFenced = errors.New("consumer: transactional producer fenced or failed")
 // outcome.
 //
 // How it runs: one transactional producer per member, with the transactional id
-// IDPrefix + "-" + InstanceID. Outcomes are sent inside the open transaction; every Interval,
-// or once MaxRecords outcomes are in it, the member adds to the transaction the offset of
+// IDPrefix + "-" + InstanceID. A partition's outcomes are sent inside the open transaction in
+// offset order, each once every lower record of the partition has its outcome (turns still
+// run concurrently by key; see stage); every Interval, or once MaxRecords outcomes are in it,
+// the member adds to the transaction the offset of
 // each partition as if every record whose outcome is in it were done (the watermark: the
 // lowest record neither done nor in the transaction), with the group's metadata (generation
 // and member id: TxnOffsetCommit v3, KIP-447), and commits. Only then are those records done.
@@ -78,7 +80,8 @@ type Transactional struct {
 	// are done only at commit. Default DefaultTxnMaxRecords.
 	MaxRecords int
 	// Timeout is the transaction timeout (Kafka's transaction.timeout.ms): the coordinator
-	// aborts a transaction open longer. It must be below the group's session timeout
+	// aborts a transaction open longer and bumps the producer's epoch, which fences the member
+	// (ErrFenced), so it must leave room for a commit on a slow broker. It must be below the group's session timeout
 	// (Sarama.Consumer.Group.Session.Timeout) and above Interval. Default half the session
 	// timeout.
 	Timeout time.Duration
@@ -181,17 +184,40 @@ func newTxn(ctx context.Context, c *Consumer, producer sarama.AsyncProducer, can
 	return t
 }
 
-// send hands an outcome to the producer: running -> sending, as in the default mode, but the
-// record is done only when the transaction commits. An outbound of kind outNothing (a turn
-// that publishes nothing) joins the transaction for its offset only. False when the member
-// is fenced or closing: the record is left to the next owner.
-func (c *Consumer) send(ob *outbound) bool {
-	if c.txn == nil {
-		return c.out.send(ob)
+// stage takes r's outcome (r is sending, as in the default mode, but done only when its
+// transaction commits) and sends, in offset order, the staged outcomes of the partition's
+// window from its head up to the first record without one. A transaction then holds only
+// outcomes below the offset it commits: a result committed above the watermark would be
+// served, and its result committed, again by the partition's next owner. The cost is that a
+// slow record holds back the publishing (not the turns) of the records above it in its
+// partition. An outbound of kind outNothing (a turn that publishes nothing) joins the
+// transaction for its offset only.
+func (t *txn) stage(r *record, ob *outbound) {
+	p := r.p
+	p.stage.Lock()
+	defer p.stage.Unlock()
+	p.mu.Lock()
+	r.staged = ob
+	var ready []*outbound
+	for _, w := range p.window {
+		if w.state == recDone || w.sent {
+			continue
+		}
+		if w.staged == nil {
+			break
+		}
+		ready = append(ready, w.staged)
+		w.staged, w.sent = nil, true
 	}
-	return c.txn.send(ob)
+	p.mu.Unlock()
+	for _, ob := range ready {
+		if !t.send(ob) { // fenced or closing: the record is left to the next owner
+			ob.p.unsent()
+		}
+	}
 }
 
+// send puts an outcome in the open transaction; false when the member is fenced or closing.
 func (t *txn) send(ob *outbound) bool {
 	t.mu.RLock()
 	defer t.mu.RUnlock()

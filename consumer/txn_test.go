@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/turnstile-go/turnstile/consumer"
+	"github.com/turnstile-go/turnstile/inbox"
 	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/turn"
 	"github.com/turnstile-go/turnstile/turntest"
@@ -244,10 +245,18 @@ func TestTxnKillsLeaveNoDuplicates(t *testing.T) {
 // at least for every request.
 func killRun(t *testing.T, transactional bool) int {
 	const total, convs, kills = 5000, 200, 10
-	e := setup(t, 4, 4)
+	// Under -race on a loaded machine a transaction can stay open past the other tests' 500 ms
+	// (the coordinator then aborts it and fences the member): a 3 s session and a 2 s timeout.
+	c := turntest.NewCluster(t, turntest.Options{Brokers: 3, SessionTimeout: 3 * time.Second})
+	e := &env{
+		t: t, cluster: c, ordering: testOrdering,
+		requests: c.CreateTopic(t, "requests", 4), results: c.CreateTopic(t, "results", 4),
+		dlq: c.CreateTopic(t, "dlq", 4), group: c.Unique("group"),
+		sessions: session.NewMemoryStore(), inbox: inbox.NewMemoryInbox(),
+	}
 	opts := func() memberOpts {
 		if transactional {
-			return memberOpts{tune: e.transactional("", nil)}
+			return memberOpts{tune: e.transactional("", func(tx *consumer.Transactional) { tx.Timeout = 2 * time.Second })}
 		}
 		return memberOpts{}
 	}
@@ -271,6 +280,9 @@ func killRun(t *testing.T, transactional bool) int {
 		dups += int(n) - 1
 	}
 	require.Len(t, got[0], total, "results of unknown request ids")
+	if dups > 0 && transactional {
+		e.diagDups(t, e.results)
+	}
 	return dups
 }
 
@@ -325,4 +337,44 @@ func TestTxnConfigValidate(t *testing.T) {
 	bad.Replay = &consumer.Replay{}
 	_, err = consumer.New(bad, h)
 	require.ErrorContains(t, err, "Transactional: cannot be combined with Replay")
+}
+
+// A claim that starts at a committed offset, whose first record is still running while a
+// later record of another conversation has finished: the later result is held back (a
+// transaction holds only outcomes below the offset it commits, or the next owner would serve
+// the record and commit its result again), the committed offset stays where it was (never
+// below: a fresh claim's watermark is its head's offset), and both commit once the first is
+// done.
+func TestTxnWatermarkOnFreshClaim(t *testing.T) {
+	t.Parallel()
+	if testOrdering != consumer.OrderByKey {
+		t.Skip("a later record finishing first needs key-level concurrency")
+	}
+	e := setup(t, 1, 1)
+	first := requests(5, 5)
+	e.produce(first...)
+	m := e.start(memberOpts{tune: e.transactional("", nil)})
+	requireOnce(t, e.readCommitted(e.results, 5), first)
+	eventually(t, func() bool { return e.committed(1) == 5 })
+	m.stop(t)
+
+	release := make(chan struct{})
+	slow, fast := request("c-slow", "take your time"), request("c-fast", "quick")
+	e.produce(slow, fast)
+	e.start(memberOpts{tune: e.transactional("", nil), model: func(ctx context.Context, in turn.Input) (turn.Output, error) {
+		if in.Request.ID == slow.ID {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return turn.Output{}, ctx.Err()
+			}
+		}
+		return echo(in)
+	}})
+	eventually(t, func() bool { return e.callsOf(fast.ID) == 1 }, "the later record's turn ran")
+	requireOnce(t, e.readCommitted(e.results, 5), first) // fast's result is not visible yet
+	require.EqualValues(t, 5, e.committed(1), "the offset stays at the running record's")
+	close(release)
+	eventually(t, func() bool { return e.committed(1) == 7 })
+	requireOnce(t, e.readCommitted(e.results, 7), append(first, fast, slow))
 }
