@@ -40,6 +40,10 @@ const (
 	// KindCanceled: the caller's context ended (shutdown, revoked partition): ErrAbandoned.
 	// The turn was abandoned, not failed, and no attempt was spent. Do not commit the record.
 	KindCanceled
+	// KindRunAlone: ErrRunAlone. The request's last attempt ended with its process while
+	// other turns ran beside it; run it again with no other turn in flight in the process,
+	// passing WithCrashIsolation(ctx, true). No attempt was spent.
+	KindRunAlone
 )
 
 // String returns the kind's name in lower case.
@@ -57,6 +61,8 @@ func (k Kind) String() string {
 		return "unavailable"
 	case KindCanceled:
 		return "canceled"
+	case KindRunAlone:
+		return "run_alone"
 	}
 	return fmt.Sprintf("Kind(%d)", int(k))
 }
@@ -151,7 +157,7 @@ type retryable interface{ Retryable() bool }
 // Classify says what to do with an error from Runner.Run or a ModelClient. In order: nil is
 // KindNone; Permanent errors, *DeadLetterError, *DecodeError, session.ErrOwnerMismatch and
 // session.ErrInvalid are KindPermanent; RetryAfter errors are KindRateLimited; ErrTurnTimeout
-// is KindAttempt; ErrAbandoned is KindCanceled; errors with
+// is KindAttempt; ErrAbandoned is KindCanceled; ErrRunAlone is KindRunAlone; errors with
 // a Retryable() bool method that returns true and session.ErrConflict are KindUnavailable;
 // anything else is KindAttempt.
 func Classify(err error) Kind {
@@ -175,6 +181,8 @@ func Classify(err error) Kind {
 		return KindAttempt
 	case errors.Is(err, ErrAbandoned):
 		return KindCanceled
+	case errors.Is(err, ErrRunAlone):
+		return KindRunAlone
 	case errors.As(err, &rt) && rt.Retryable(), errors.Is(err, session.ErrConflict):
 		return KindUnavailable
 	}

@@ -38,8 +38,16 @@ type Input struct {
 	Attempt int
 }
 
-// ToolKey returns the idempotency key of the tool call callID in this turn; see ToolKey.
-func (in Input) ToolKey(callID string) string { return ToolKey(in.Request.ID, callID) }
+// ToolKey returns the idempotency key of the tool call callID in this turn, scoped to the
+// turn's session (App, UserID, ConversationID): SessionToolKey, version 2 of turnstile's tool
+// keys. A request id copied into another user's conversation gets other keys there (G7).
+func (in Input) ToolKey(callID string) string {
+	key := in.Session.Key
+	// The Runner's stores fill the key in; an Input built by hand may leave it empty.
+	key.App = cmp(key.App, DefaultApp)
+	key.User, key.Conversation = in.Request.UserID, in.Request.ConversationID
+	return SessionToolKey(key, in.Request.ID, callID)
+}
 
 // Output is what a ModelClient returns for one turn.
 type Output struct {

@@ -52,7 +52,8 @@ type Runner struct {
 	// HistoryLimit is how many recent events the model sees; default DefaultHistoryLimit.
 	HistoryLimit int
 	// MaxAttempts is how many attempts a request gets before it is dead-lettered, counting
-	// deliveries that crashed; default DefaultMaxAttempts.
+	// deliveries that crashed (under WithCrashIsolation, as the consumer runs it, only those
+	// that crashed while the request ran alone); default DefaultMaxAttempts.
 	MaxAttempts int
 	// Logger gets a line per failed or dead-lettered turn; default slog.Default().
 	Logger *slog.Logger
@@ -131,7 +132,9 @@ func (r *Runner) Key(req Request) session.Key {
 //
 // On error, Classify(err) says what to do: KindPermanent errors are *DeadLetterError (the
 // request is marked dead; publish it to the dead-letter topic), KindAttempt errors were
-// counted, KindRateLimited, KindUnavailable and KindCanceled were not. A request in the session
+// counted, KindRateLimited, KindUnavailable, KindCanceled and KindRunAlone were not. Under
+// WithCrashIsolation a delivery whose last attempt crashed beside other turns returns
+// ErrRunAlone without running (see WithCrashIsolation). A request in the session
 // of another user fails with an error wrapping session.ErrOwnerMismatch and is dead-lettered
 // (G7). Run's errors wrap the store's and the model's, so errors.Is and errors.As see them.
 func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
@@ -148,6 +151,12 @@ func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
 	if err != nil {
 		return Result{}, abandonedIf(ctx, fmt.Errorf("turn %s: inbox begin: %w", req.ID, err))
 	}
+	attempts := entry.Attempts
+	if iso := isolationOf(ctx); iso != isolationNone && entry.Status == inbox.StatusInProgress {
+		if attempts, err = r.attribute(ctx, req, entry, iso); err != nil {
+			return Result{}, err
+		}
+	}
 	switch {
 	case entry.Status == inbox.StatusDone:
 		res, err := DecodeResult(entry.Result)
@@ -158,21 +167,31 @@ func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
 		return res, nil
 	case entry.Status == inbox.StatusDead:
 		return Result{}, &DeadLetterError{RequestID: req.ID, Reason: entry.Reason, Attempts: entry.Attempts}
-	case entry.Attempts > r.Attempts():
+	case attempts > r.Attempts():
 		// The earlier deliveries crashed or failed without dead-lettering (G5: crash loops
-		// count). This one was counted by Begin but runs nothing.
-		reason := fmt.Sprintf("%d attempts exhausted", entry.Attempts-1)
-		if entry.Reason != "" {
-			reason += "; last error: " + entry.Reason
-		}
-		return Result{}, r.deadLetter(ctx, req, entry.Attempts-1, reason, nil)
+		// count; with WithCrashIsolation, only crashes while alone). This one was counted by
+		// Begin but runs nothing.
+		return Result{}, r.deadLetter(ctx, req, attempts-1, exhaustedReason(req.ID, attempts-1, entry), nil)
 	}
-	res, err := r.attempt(ctx, req, entry.Attempts, entry.Status == inbox.StatusNew)
+	res, err := r.attempt(ctx, req, attempts, entry.Status == inbox.StatusNew)
 	if err != nil {
-		return Result{}, r.failed(ctx, req, entry.Attempts, err)
+		return Result{}, r.failed(ctx, req, attempts, err)
 	}
-	res.Attempt = entry.Attempts
+	res.Attempt = attempts
 	return res, nil
+}
+
+// exhaustedReason is the dead-letter reason of a request whose n attempts ran out before this
+// delivery, the last of which left entry's reason.
+func exhaustedReason(id string, n int, entry inbox.Entry) string {
+	reason := fmt.Sprintf("%d attempts exhausted", n)
+	switch {
+	case lastAttemptEnd(id, entry) == endCrashedAlone:
+		reason += "; the last ran alone and ended with its process (a crash: killed, out of memory, a fault)"
+	case entry.Reason != "":
+		reason += "; last error: " + entry.Reason
+	}
+	return reason
 }
 
 // attempt runs the turn once under the whole-turn deadline.
@@ -400,8 +419,9 @@ func (r *Runner) result(req Request, stored []session.Event) (Result, []byte, er
 }
 
 // failed records a failed attempt in the inbox and turns the error into what Run returns.
-func (r *Runner) failed(ctx context.Context, req Request, attempts int, err error) error {
-	err = fmt.Errorf("turn %s attempt %d: %w", req.ID, attempts, err)
+func (r *Runner) failed(ctx context.Context, req Request, attempts int, cause error) error {
+	// The reasons stored below follow the marks lastAttemptEnd reads back (isolation.go).
+	err := fmt.Errorf("turn %s attempt %d: %w", req.ID, attempts, cause)
 	kind := Classify(err)
 	log := r.logger().With("request_id", req.ID, "conversation_id", req.ConversationID,
 		"topic", req.Source.Topic, "partition", req.Source.Partition, "offset", req.Source.Offset,
@@ -420,7 +440,7 @@ func (r *Runner) failed(ctx context.Context, req Request, attempts int, err erro
 	default: // not the request's fault: give the attempt back
 		log.Info("turn not completed; attempt refunded", "err", err)
 		r.bookkeep(ctx, log, func(ctx context.Context) error {
-			return r.Inbox.Fail(ctx, r.InboxKey(req), inbox.Failure{Reason: err.Error(), Refund: true})
+			return r.Inbox.Fail(ctx, r.InboxKey(req), inbox.Failure{Reason: attemptReason(req.ID, attempts, markRefund, cause.Error()), Refund: true})
 		})
 	}
 	return err

@@ -71,12 +71,13 @@ func check(ctx context.Context, rep *Report, mb *mailbag, w *watcher, fl *fleet,
 			continue
 		}
 		charged++
-		key := turn.ToolKey(c.emails[1].ID, "refund")
+		key := turn.SessionToolKey(session.Key{App: "support", User: c.user, Conversation: c.conv}, c.emails[1].ID, "refund")
 		if rs := byOrder[c.order]; len(rs) != 1 || rs[0].Key != key || rs[0].Cents != c.cents {
 			wrong = append(wrong, fmt.Sprintf("order %s: %d refunds %v", c.order, len(rs), rs))
 		}
 	}
-	victimKey := turn.ToolKey(mb.byConv[Protagonist].emails[1].ID, "refund")
+	prot := mb.byConv[Protagonist]
+	victimKey := turn.SessionToolKey(session.Key{App: "support", User: prot.user, Conversation: prot.conv}, prot.emails[1].ID, "refund")
 	rep.add(len(wrong) == 0 && rep.Refunds == charged, "each refund issued once",
 		"%d refunds for %d double charges; %d refund requests, %d of them with %s's key%s",
 		rep.Refunds, charged, rep.RefundCalls, pay.callsFor(victimKey), Protagonist, firstOf("wrong", wrong))

@@ -19,7 +19,7 @@
 //     gives its turns a one-second shutdown timeout, cancels the rest, commits what finished
 //     and leaves the group; a replacement member starts. The partition's next owner reads the
 //     email again from the committed offset, the inbox shows it begun but not done, and the
-//     turn runs again. The refund tool passes turn.ToolKey(requestID, "refund") as the
+//     turn runs again. The refund tool passes in.ToolKey("refund") (turn.SessionToolKey) as the
 //     idempotency key, so the payment service returns the first refund instead of paying
 //     twice, and the customer gets one reply.
 //   - One email carries a 6 MB pasted log. The demo model's context window is 1 MiB, so
