@@ -15,7 +15,7 @@ var (
 	toolKeyNamespace = uuid.NewSHA1(uuid.NameSpaceURL, []byte("https://github.com/turnstile-go/turnstile/tool-key"))
 	// sessionToolKeyNamespace names the tool keys scoped to a session (SessionToolKey).
 	sessionToolKeyNamespace = uuid.NewSHA1(uuid.NameSpaceURL, []byte("https://github.com/turnstile-go/turnstile/tool-key/v2"))
-	eventIDNamespace = uuid.NewSHA1(uuid.NameSpaceURL, []byte("https://github.com/turnstile-go/turnstile/event-id"))
+	eventIDNamespace        = uuid.NewSHA1(uuid.NameSpaceURL, []byte("https://github.com/turnstile-go/turnstile/event-id"))
 	// inboxScopeNamespace names the scope part of inbox keys (Runner.InboxKey).
 	inboxScopeNamespace = uuid.NewSHA1(uuid.NameSpaceURL, []byte("https://github.com/turnstile-go/turnstile/inbox-scope"))
 )
