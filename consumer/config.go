@@ -22,6 +22,7 @@ const (
 	DefaultRetryBackoff    = 200 * time.Millisecond
 	DefaultMaxRetryBackoff = 10 * time.Second
 	DefaultMaxPause        = time.Minute
+	DefaultMaxRateLimits   = 20
 )
 
 // Ordering says which records of a partition may run at the same time.
@@ -118,6 +119,15 @@ type Config struct {
 	// MaxPause caps the pause of all partitions after a rate limit, whatever delay the model
 	// asked for: after it, one turn per partition probes again. Default DefaultMaxPause.
 	MaxPause time.Duration
+	// MaxRateLimits bounds how many times one request may be answered with a rate limit
+	// (turn.KindRateLimited) in this member before it is dead-lettered with the reason "rate
+	// limited N times". A rate limit spends no attempt, so without a bound a request that is
+	// always refused (a prompt over a per-minute token limit, say) would pause every
+	// partition forever (G5). Pauses after repeated limits grow up to MaxPause, so the
+	// default, DefaultMaxRateLimits (20), lets a request wait out a provider's limit of
+	// roughly a quarter of an hour, while a request refused alone among others that pass is
+	// dead-lettered after about 20 short pauses. The count starts again on another member.
+	MaxRateLimits int
 	// Decoder validates request records; its zero value applies turn's default limits. The
 	// Runner validates again with its own Decoder: raise a limit in both, or the Runner
 	// dead-letters what the consumer let through.
@@ -170,6 +180,9 @@ func (c *Config) setDefaults() {
 	def(&c.RetryBackoff, DefaultRetryBackoff)
 	def(&c.MaxRetryBackoff, DefaultMaxRetryBackoff)
 	def(&c.MaxPause, DefaultMaxPause)
+	if c.MaxRateLimits == 0 {
+		c.MaxRateLimits = DefaultMaxRateLimits
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -193,7 +206,8 @@ func (c *Config) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"MaxAttempts", c.MaxAttempts}, {"MaxInFlight", c.MaxInFlight}, {"MaxInFlightPerPartition", c.MaxInFlightPerPartition}, {"MaxBuffered", c.MaxBuffered}} {
+	}{{"MaxAttempts", c.MaxAttempts}, {"MaxInFlight", c.MaxInFlight}, {"MaxInFlightPerPartition", c.MaxInFlightPerPartition},
+		{"MaxBuffered", c.MaxBuffered}, {"MaxRateLimits", c.MaxRateLimits}} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("%s: negative (%d)", f.name, f.v))
 		}
@@ -213,10 +227,11 @@ func (c *Config) Validate() error {
 		if err := c.Sarama.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("Sarama: %w", err))
 		}
-		if rt := c.Sarama.Consumer.Group.Rebalance.Timeout; c.RevokeGrace+abandonWait >= rt {
-			errs = append(errs, fmt.Errorf("RevokeGrace: %s (plus %s to abandon the turn) is not shorter than Sarama.Consumer.Group.Rebalance.Timeout (%s)",
-				c.RevokeGrace, abandonWait, rt))
-		}
+	}
+	// Against the group's rebalance timeout, sarama's default (60 s) when Sarama is nil.
+	if rt := c.base().Consumer.Group.Rebalance.Timeout; c.RevokeGrace+abandonWait >= rt {
+		errs = append(errs, fmt.Errorf("RevokeGrace: %s (plus %s to abandon the turn) is not shorter than Sarama.Consumer.Group.Rebalance.Timeout (%s)",
+			c.RevokeGrace, abandonWait, rt))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("consumer: invalid Config: %w", err)

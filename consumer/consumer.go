@@ -99,13 +99,25 @@ type Consumer struct {
 	partitions atomic.Int32 // of the requests topic
 	client     sarama.Client
 	committer  atomic.Pointer[committer] // of the current session; sessions do not overlap
+	solo       soloGate                  // lets a turn run with no other in flight (turn.ErrRunAlone)
+
+	shutdownMu   sync.Mutex
+	shutdownErrs []error // commits of the shutdown that did not finish
 }
 
 // New validates cfg, applies its defaults and returns a Consumer that serves records with h.
-// It opens no connection; Run does. Errors name the Config field at fault.
+// It opens no connection; Run does. Errors name the Config field at fault; a Handler with a
+// Validate() error method (RunnerHandler's: turn.Runner.Validate, which names a missing Model,
+// Sessions or Inbox) is checked too, so that a mistake in it fails here instead of
+// dead-lettering every request.
 func New(cfg Config, h Handler) (*Consumer, error) {
 	if h == nil {
 		return nil, errors.New("consumer: nil Handler")
+	}
+	if v, ok := h.(interface{ Validate() error }); ok {
+		if err := v.Validate(); err != nil {
+			return nil, fmt.Errorf("consumer: invalid Handler: %w", err)
+		}
 	}
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -118,8 +130,15 @@ func New(cfg Config, h Handler) (*Consumer, error) {
 // Run joins the consumer group and serves records until ctx ends, then drains: the turns in
 // flight get Config.ShutdownTimeout to finish, finished ones are published and committed, the
 // rest are cancelled (and redelivered to the group later), the member leaves the group and
-// every connection closes. Run returns nil after such a shutdown, or an error when it cannot
-// start (brokers unreachable, requests topic missing). Run may be called once.
+// every connection closes. Run may be called once.
+//
+// Before it joins the group Run checks that the requests, results and dead-letter topics
+// exist, and returns an error naming the missing one (a member that joined without them
+// would look healthy while its partitions retried publishing forever). It returns nil after a
+// clean shutdown; an error wrapping ErrFinalCommit when a commit of the shutdown did not
+// finish within 5 s or leaving the group did not (the records it covered are redelivered to
+// the group, and redone: nothing is lost); or an error when it cannot start (brokers
+// unreachable, a topic missing, ctx ended while connecting).
 func (c *Consumer) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return errors.New("consumer: Run called twice")
@@ -138,6 +157,13 @@ func (c *Consumer) Run(ctx context.Context) error {
 	c.client = client
 	if err := c.refreshPartitions(); err != nil {
 		return err
+	}
+	for _, topic := range []struct{ field, name string }{
+		{"ResultsTopic", c.cfg.ResultsTopic}, {"DeadLetterTopic", c.cfg.DeadLetterTopic},
+	} {
+		if _, err := client.Partitions(topic.name); err != nil {
+			return fmt.Errorf("consumer: Config.%s %q: %w", topic.field, topic.name, err)
+		}
 	}
 	producer, err := connect(ctx, func() (sarama.AsyncProducer, error) {
 		return sarama.NewAsyncProducer(c.cfg.Brokers, c.cfg.producerConfig(newPartitioner))
@@ -185,13 +211,35 @@ func (c *Consumer) Run(ctx context.Context) error {
 	// Leaving the group moves the partitions at once; against a hung broker it is bounded.
 	if !within(commitTimeout, func() { err = group.Close() }) {
 		c.log.Warn("leaving the consumer group did not finish in time; continuing", "timeout", commitTimeout)
-		return nil
+		c.shutdownFailed(fmt.Errorf("leaving the group did not finish within %s", commitTimeout))
+		return c.shutdownErr()
 	}
 	wg.Wait()
 	if err != nil {
 		c.log.Warn("consumer group close", "err", err)
 	}
-	return nil
+	return c.shutdownErr()
+}
+
+// ErrFinalCommit is wrapped by Run's error when a commit of its shutdown did not finish in
+// time (or leaving the group did not): the offsets it would have committed are read again by
+// the group, and their records redone (the inbox answers those that were done).
+var ErrFinalCommit = errors.New("consumer: final commit failed")
+
+// shutdownFailed records a failure of the shutdown for Run to return.
+func (c *Consumer) shutdownFailed(err error) {
+	c.shutdownMu.Lock()
+	c.shutdownErrs = append(c.shutdownErrs, err)
+	c.shutdownMu.Unlock()
+}
+
+func (c *Consumer) shutdownErr() error {
+	c.shutdownMu.Lock()
+	defer c.shutdownMu.Unlock()
+	if len(c.shutdownErrs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrFinalCommit, errors.Join(c.shutdownErrs...))
 }
 
 // worker serves the records the dispatchers hand it until stop closes.
@@ -358,6 +406,9 @@ const commitTimeout = 5 * time.Second
 func (c *Consumer) commit(sess sarama.ConsumerGroupSession, log *slog.Logger) {
 	if !within(commitTimeout, sess.Commit) {
 		log.Warn("commit did not finish in time; continuing", "timeout", commitTimeout)
+		if c.runCtx.Err() != nil {
+			c.shutdownFailed(fmt.Errorf("a commit did not finish within %s", commitTimeout))
+		}
 		return
 	}
 	c.stats.commits.Add(1)

@@ -18,8 +18,13 @@ import (
 //     *turn.DeadLetterError when there is one) and its offset commits;
 //   - turn.KindAttempt: retried after a backoff, dead-lettered after Config.MaxAttempts;
 //   - turn.KindRateLimited: all partitions pause for turn.RetryDelay (capped exponential when
-//     repeated), then the request is tried again, with no attempt spent;
+//     repeated), then the request is tried again, with no attempt spent; after
+//     Config.MaxRateLimits of them the request is dead-lettered;
 //   - turn.KindUnavailable: retried after a backoff, with no attempt spent;
+//   - turn.KindRunAlone: the request's last attempt ended with its member while other turns
+//     ran (turn.ErrRunAlone); it is run again with no other turn of the member in a Handler
+//     call, its context marked by turn.WithCrashIsolation(ctx, true), with no attempt spent.
+//     Every Handler call's context carries turn.WithCrashIsolation;
 //   - turn.KindCanceled: the turn was abandoned (revoke, shutdown): nothing is published or
 //     committed, and the record is read again by the partition's next owner.
 type Handler interface {
@@ -35,7 +40,8 @@ func (f HandlerFunc) Handle(ctx context.Context, req turn.Request) (*turn.Result
 }
 
 // RunnerHandler returns the direct-mode Handler: each request runs as one idempotent turn of r
-// and its Result is published. Set r.MaxAttempts to Config.MaxAttempts. When Run starts, it
+// and its Result is published. Set r.MaxAttempts to Config.MaxAttempts. New refuses a Runner
+// that Validate refuses (a missing Model, Sessions or Inbox). When Run starts, it
 // asks r whether its stores can serve Config.MaxInFlight turns at once
 // (turn.Runner.CheckConcurrency) and logs a warning when they cannot.
 func RunnerHandler(r *turn.Runner) Handler { return runnerHandler{r} }
@@ -49,6 +55,9 @@ func (h runnerHandler) Handle(ctx context.Context, req turn.Request) (*turn.Resu
 	}
 	return &res, nil
 }
+
+// Validate reports a Runner that cannot serve (turn.Runner.Validate), for New.
+func (h runnerHandler) Validate() error { return h.r.Validate() }
 
 // CheckConcurrency implements concurrencyChecker.
 func (h runnerHandler) CheckConcurrency(n int) error { return h.r.CheckConcurrency(n) }

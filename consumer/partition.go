@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+
+	"github.com/turnstile-go/turnstile/turn"
 )
 
 // recState is where a record is on its way to a committable offset. A record only moves
@@ -92,8 +94,9 @@ func newPartition(c *Consumer, sess sarama.ConsumerGroupSession, t tp) *partitio
 		wakeStart: make(chan struct{}, 1), wakeDrain: make(chan struct{}, 1),
 	}
 	// Turns outlive the session's context by the grace, so they do not derive from it; they
-	// keep the values of Run's context (tracing, tenant).
-	p.turns, p.cancelTurns = context.WithCancel(context.WithoutCancel(c.runCtx))
+	// keep the values of Run's context (tracing, tenant), and tell the Runner that a request
+	// can run alone (turn.WithCrashIsolation; serve.go's handle runs it so).
+	p.turns, p.cancelTurns = context.WithCancel(turn.WithCrashIsolation(context.WithoutCancel(c.runCtx), false))
 	p.waits, p.cancelWaits = context.WithCancel(p.turns)
 	return p
 }

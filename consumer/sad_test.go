@@ -129,8 +129,14 @@ func TestRefusedResultIsDeadLettered(t *testing.T) {
 func TestNoCommitBeforeResultIsDurable(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 1, 1)
-	e.results = e.cluster.Unique("results-later") // does not exist yet
+	// The results topic exists (Run checks that before it joins) but is deleted once the
+	// member runs, and made again later.
 	m := e.start(memberOpts{})
+	eventually(t, func() bool { return m.c.Stats().Claims == 1 })
+	admin, err := sarama.NewClusterAdmin(e.cluster.Brokers(), e.cluster.Config())
+	require.NoError(t, err)
+	defer admin.Close()
+	require.NoError(t, admin.DeleteTopic(e.results))
 	req := request("c-g2", "hello")
 	e.produce(req)
 	e.waitDone(t, req) // the turn is done and stored in the inbox...
@@ -139,9 +145,6 @@ func TestNoCommitBeforeResultIsDurable(t *testing.T) {
 	require.Zero(t, m.c.Stats().Records, "not marked while its result is not published")
 	require.EqualValues(t, -1, e.cluster.CommittedOffset(t, e.group, e.requests, 0))
 
-	admin, err := sarama.NewClusterAdmin(e.cluster.Brokers(), e.cluster.Config())
-	require.NoError(t, err)
-	defer admin.Close()
 	require.NoError(t, admin.CreateTopic(e.results, &sarama.TopicDetail{NumPartitions: 1, ReplicationFactor: -1}, false))
 	results := e.resultsByID(1)
 	require.Len(t, results[req.ID], 1)

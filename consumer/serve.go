@@ -47,13 +47,13 @@ func (p *partition) process(r *record) (*outbound, bool) {
 	}
 	rl.req = &req
 	bo := newBackoff(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff)
-	failures := 0
+	failures, limited, alone := 0, 0, false
 	for {
 		probe, err := c.throttle.wait(p.waits, true)
 		if err != nil {
 			return p.giveUp(rl)
 		}
-		res, err := p.handle(ctx, req)
+		res, err := p.handle(ctx, req, alone)
 		kind := turn.Classify(err)
 		aborted := err != nil && ctx.Err() != nil // revoked or shut down mid-turn
 		if aborted || (kind != turn.KindNone && kind != turn.KindRateLimited) {
@@ -76,6 +76,12 @@ func (p *partition) process(r *record) (*outbound, bool) {
 			return p.deadLetter(r, &req, reason, err, attempts), true
 		case turn.KindRateLimited:
 			c.stats.rateLimited.Add(1)
+			if limited++; limited >= c.cfg.MaxRateLimits {
+				// Always refused: no pause for it, and another turn may probe (G5).
+				c.throttle.endProbe(probe)
+				reason := fmt.Sprintf("rate limited %d times in this member (Config.MaxRateLimits); last error: %v", limited, err)
+				return p.deadLetter(r, &req, reason, err, failures), true
+			}
 			d, _ := turn.RetryDelay(err)
 			if c.throttle.pause(d, probe) {
 				c.stats.pauses.Add(1)
@@ -96,6 +102,12 @@ func (p *partition) process(r *record) (*outbound, bool) {
 			if !sleep(p.waits, bo.NextBackOff()) {
 				return p.giveUp(rl)
 			}
+		case turn.KindRunAlone:
+			// Its last attempt ended with a member while other turns ran: run it again with
+			// none beside it, so that only its own crash counts (turn.WithCrashIsolation).
+			alone = true
+			c.stats.alone.Add(1)
+			rl.get().Warn("request's last attempt ended with its member; running it alone", "err", err)
 		case turn.KindCanceled:
 			return p.giveUp(rl)
 		}
@@ -108,8 +120,19 @@ func (p *partition) giveUp(rl *recordLog) (*outbound, bool) {
 	return nil, false
 }
 
-// handle calls the Handler with the optional TurnTimeout.
-func (p *partition) handle(ctx context.Context, req turn.Request) (*turn.Result, error) {
+// handle calls the Handler with the optional TurnTimeout, beside other turns or, when alone,
+// with no other turn of the member in a Handler call (soloGate).
+func (p *partition) handle(ctx context.Context, req turn.Request, alone bool) (*turn.Result, error) {
+	if alone {
+		leave, err := p.c.solo.alone(p.waits)
+		if err != nil {
+			return nil, fmt.Errorf("%w: waiting to run alone: %w", turn.ErrAbandoned, err)
+		}
+		defer leave()
+		ctx = turn.WithCrashIsolation(ctx, true)
+	} else {
+		defer p.c.solo.shared()()
+	}
 	d := p.c.cfg.TurnTimeout
 	if d <= 0 {
 		return p.c.h.Handle(ctx, req)
