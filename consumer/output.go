@@ -16,11 +16,11 @@ import (
 type outKind uint8
 
 const (
-	outResult         outKind = iota // a result on Config.ResultsTopic
-	outDeadLetter                    // a dead letter carrying the request record as it came
-	outBareDeadLetter                // a dead letter without the record's value (it was refused)
-	outHeaderlessDeadLetter          // nor the producer's headers (refused too)
-	outKeylessDeadLetter             // nor the record's key: turnstile's headers only
+	outResult               outKind = iota // a result on Config.ResultsTopic
+	outDeadLetter                          // a dead letter carrying the request record as it came
+	outBareDeadLetter                      // a dead letter without the record's value (it was refused)
+	outHeaderlessDeadLetter                // nor the producer's headers (refused too)
+	outKeylessDeadLetter                   // nor the record's key: turnstile's headers only
 )
 
 // outbound is a result or dead letter on its way to the broker. It rides in
