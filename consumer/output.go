@@ -193,15 +193,7 @@ func (ob *outbound) replacement(err error) *outbound {
 		return next
 	case outBareDeadLetter:
 		// The key or the producer's headers are too large: keep only turnstile's headers.
-		var ours []sarama.RecordHeader
-		n, size := 0, 0
-		for _, h := range ob.pm.Headers {
-			if ourHeader(string(h.Key)) {
-				ours = append(ours, h)
-			} else {
-				n, size = n+1, size+len(h.Key)+len(h.Value)
-			}
-		}
+		ours, n, size := splitOurs(ob.pm.Headers)
 		p.log.Error("dead letter refused without its value; publishing it without the producer's headers",
 			"offset", r.msg.Offset, "err", err, "headers", n, "header_bytes", size)
 		return ob.stripped(outHeaderlessDeadLetter, ob.pm.Key,
@@ -225,6 +217,19 @@ func (ob *outbound) stripped(kind outKind, key sarama.Encoder, headers []sarama.
 		attempts: ob.attempts, partitions: ob.partitions}
 	next.pm = &sarama.ProducerMessage{Topic: ob.pm.Topic, Key: key, Headers: headers, Metadata: next}
 	return next
+}
+
+// splitOurs returns the headers among hs that turnstile sets, in order, and the number and
+// size (names and values, in bytes) of the others.
+func splitOurs(hs []sarama.RecordHeader) (ours []sarama.RecordHeader, n, size int) {
+	for _, h := range hs {
+		if ourHeader(string(h.Key)) {
+			ours = append(ours, h)
+		} else {
+			n, size = n+1, size+len(h.Key)+len(h.Value)
+		}
+	}
+	return ours, n, size
 }
 
 // ourHeader reports a header name that turnstile sets on dead letters.

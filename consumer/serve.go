@@ -200,19 +200,26 @@ func (p *partition) deadLetter(r *record, req *turn.Request, reason string, caus
 	if req != nil {
 		ours = append(ours, header(HeaderRequestID, req.ID), header(HeaderConversationID, req.ConversationID))
 	}
-	headers := make([]sarama.RecordHeader, 0, len(msg.Headers)+len(ours))
-	for _, h := range msg.Headers { // keep the producer's headers, except those ours replace
-		if h != nil && !hasHeader(ours, string(h.Key)) {
-			headers = append(headers, *h)
-		}
-	}
 	ob := &outbound{p: p, r: r, kind: outDeadLetter, req: req, reason: reason, attempts: attempts,
 		partitions: p.c.partitions.Load()}
 	ob.pm = &sarama.ProducerMessage{
 		Topic: p.c.cfg.DeadLetterTopic, Key: sarama.ByteEncoder(msg.Key), Value: sarama.ByteEncoder(msg.Value),
-		Headers: append(headers, ours...), Metadata: ob,
+		Headers: deadLetterHeaders(msg.Headers, ours), Metadata: ob,
 	}
 	return ob
+}
+
+// deadLetterHeaders returns the headers of a dead letter: the record's own, in order, except
+// those named like one that turnstile sets on dead letters (a producer cannot forge a reason or
+// a note of what was dropped), then ours.
+func deadLetterHeaders(theirs []*sarama.RecordHeader, ours []sarama.RecordHeader) []sarama.RecordHeader {
+	headers := make([]sarama.RecordHeader, 0, len(theirs)+len(ours))
+	for _, h := range theirs {
+		if h != nil && !ourHeader(string(h.Key)) {
+			headers = append(headers, *h)
+		}
+	}
+	return append(headers, ours...)
 }
 
 // clip bounds a header value, so that a long error text cannot make a dead letter too large.
@@ -222,15 +229,6 @@ func clip(s string) string {
 		return s
 	}
 	return strings.ToValidUTF8(s[:maxHeader], "") + "…"
-}
-
-func hasHeader(hs []sarama.RecordHeader, key string) bool {
-	for _, h := range hs {
-		if string(h.Key) == key {
-			return true
-		}
-	}
-	return false
 }
 
 func newBackoff(initial, maxInterval time.Duration) *backoff.ExponentialBackOff {
