@@ -138,7 +138,10 @@ type Config struct {
 	// what turnstile's guarantees rest on: manual commits (AutoCommit off), Return.Errors,
 	// Offsets.Initial = OffsetOldest (a new group reads every request already on the topic),
 	// and the cooperative-sticky strategy (KIP-429) unless GroupStrategies names a strategy
-	// other than sarama's default range. The producer
+	// other than sarama's default range. Consumer.MaxWaitTime (Kafka's fetch.max.wait.ms)
+	// left at sarama's 500 ms becomes 100 ms: a partition resumed after a backpressure pause
+	// is fetched only after the fetch in flight returns, which an idle topic holds for the
+	// whole wait. The producer
 	// gets its own copy (sharing one config between the group and an idempotent producer makes
 	// commits slow), with Idempotent, RequiredAcks=WaitForAll, Net.MaxOpenRequests=1, and
 	// turnstile's partitioner.
@@ -256,6 +259,9 @@ func (c *Config) groupConfig() *sarama.Config {
 	if sc.Consumer.Fetch.Default == def.Consumer.Fetch.Default {
 		sc.Consumer.Fetch.Default = int32(max(16<<10, min(c.MaxBuffered*128, int(def.Consumer.Fetch.Default))))
 	}
+	if sc.Consumer.MaxWaitTime == def.Consumer.MaxWaitTime {
+		sc.Consumer.MaxWaitTime = resumeFetchWait
+	}
 	strategies := sc.Consumer.Group.Rebalance.GroupStrategies
 	if len(strategies) == 0 || (len(strategies) == 1 && (strategies[0].Name() == sarama.RangeBalanceStrategyName ||
 		strategies[0].Name() == sarama.CooperativeStickyBalanceStrategyName)) {
@@ -292,3 +298,11 @@ func (c *Config) base() *sarama.Config {
 	cp := *c.Sarama
 	return &cp
 }
+
+// resumeFetchWait is the fetch long-poll (sarama's Consumer.MaxWaitTime, Kafka's
+// fetch.max.wait.ms) when the user left sarama's 500 ms: a partition resumed after a
+// backpressure pause is fetched only in the broker consumer's next fetch request, which waits
+// for the one in flight, and that one waits up to MaxWaitTime when the partitions it asks for
+// have nothing new. A shorter long-poll bounds that stall at the cost of more empty fetches on
+// an idle topic.
+var resumeFetchWait = 100 * time.Millisecond

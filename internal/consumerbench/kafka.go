@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -97,6 +98,7 @@ type rawLoop struct {
 	results  string
 	done     atomic.Int64
 	started  atomic.Int64 // unix nanos of the first Setup
+	first    atomic.Int64 // unix nanos of the first record
 }
 
 type rawMeta struct {
@@ -111,6 +113,9 @@ func (h *rawLoop) Setup(sarama.ConsumerGroupSession) error {
 func (h *rawLoop) Cleanup(sarama.ConsumerGroupSession) error { return nil }
 func (h *rawLoop) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
 	for msg := range claim.Messages() {
+		if h.first.CompareAndSwap(0, time.Now().UnixNano()) && os.Getenv("CONSUMERBENCH_DEBUG") != "" {
+			fmt.Fprintf(os.Stderr, "raw: first record %v after Setup\n", time.Duration(h.first.Load()-h.started.Load()))
+		}
 		h.producer.Input() <- &sarama.ProducerMessage{Topic: h.results, Key: sarama.ByteEncoder(msg.Key),
 			Value: sarama.ByteEncoder(msg.Value), Metadata: rawMeta{sess, msg}}
 	}
@@ -156,6 +161,7 @@ func runRaw(ctx context.Context, brokers []string, requests, results string, n i
 		producer.Close()
 		return 0, err
 	}
+	cpuStart := cpuTime()
 	cctx, cancel := context.WithCancel(ctx)
 	var gwg sync.WaitGroup
 	gwg.Go(func() {
@@ -166,6 +172,11 @@ func runRaw(ctx context.Context, brokers []string, requests, results string, n i
 		}
 	})
 	end := <-finished
+	if os.Getenv("CONSUMERBENCH_DEBUG") != "" {
+		elapsed := end.Sub(time.Unix(0, h.started.Load()))
+		fmt.Fprintf(os.Stderr, "raw: %v, %.2f cores, %.1f µs of CPU per record\n", elapsed,
+			(cpuTime()-cpuStart).Seconds()/elapsed.Seconds(), float64((cpuTime()-cpuStart).Microseconds())/float64(n))
+	}
 	cancel()
 	gwg.Wait()
 	group.Close()
