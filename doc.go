@@ -18,13 +18,14 @@
 //   - G2 no loss: a request's offset is committed only after its outcome is durable (result
 //     stored and published, or dead-lettered); a crash anywhere means redelivery, never a gap.
 //   - G3 effectively once: one request id gives at most one turn in the session history and
-//     one stored result; tools get idempotency keys derived from the request id
-//     ([turn.ToolKey]) so their side effects happen once even when the model runs again.
+//     one stored result; tools get idempotency keys derived from the request id and the
+//     session ([turn.Input.ToolKey]) so their side effects happen once even when the model
+//     runs again.
 //   - G4 context survives: the session lives in a shared durable store keyed by
 //     conversation; any worker continues any conversation.
 //   - G5 no stall: a poison or slow record cannot hold its partition: a whole-turn deadline,
-//     bounded attempts (crash loops count), then the dead-letter topic with the reason in
-//     headers.
+//     bounded attempts (crash loops count: crashes while the request ran alone), bounded
+//     rate limits, then the dead-letter topic with the reason in headers.
 //   - G6 bounded: in-flight records and turns are bounded by configuration; a rate-limited
 //     model ([turn.RetryAfter]) pauses the partitions instead of failing turns.
 //   - G7 isolation: a request only reaches the session of its own (app, user, conversation);
@@ -32,7 +33,7 @@
 //
 // # What the host must do
 //
-// Make every side effect of a turn idempotent on [turn.ToolKey] (or [turn.Input.ToolKey]):
+// Make every side effect of a turn idempotent on [turn.Input.ToolKey] ([turn.SessionToolKey]):
 // the model may be called again for the same request after a crash. Readers of the results
 // topic dedup on the request-id header: a result may be published twice when a worker dies
 // between publishing and committing. Return [turn.Permanent] for errors retrying cannot fix,

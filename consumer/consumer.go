@@ -19,7 +19,12 @@
 //     request id in a header for readers that dedup; the producer is idempotent.
 //   - No stall (G5): a failing record is retried with backoff up to Config.MaxAttempts, counted
 //     in the inbox across members and crashes, then dead-lettered with the reason in headers.
-//     Records that do not decode are dead-lettered at once. By key, a slow conversation holds
+//     A crash counts only against a request that ran alone: every turn's context carries
+//     turn.WithCrashIsolation, and a request whose last attempt ended with its member beside
+//     other turns (turn.ErrRunAlone) runs again with no other turn of the member in a Handler
+//     call. A request rate limited Config.MaxRateLimits times is dead-lettered. Records that do
+//     not decode are dead-lettered at once, and every dead letter the topic refuses as too
+//     large is sent again without the value, then the headers, then the key. By key, a slow conversation holds
 //     up only itself: the others of its partition go on, within the window.
 //   - Bounded (G6): turns in flight are capped per member (Config.MaxInFlight, which also
 //     bounds the goroutines that run them) and per partition; a partition's window of records
@@ -41,6 +46,10 @@
 //     partitions), then hands the record to one of MaxInFlight workers;
 //   - a worker runs the turn (the Handler, with retries) and hands the outcome to the producer;
 //   - one loop reads the producer's acknowledgements and marks records done.
+//
+// A worker holds the member's solo gate (alone.go) shared for the length of a Handler call,
+// or exclusively for a request that must run alone; it takes no other lock while it waits
+// for the gate, and holds none of the locks below across the call.
 //
 // Lock order: a partition's out lock, then its mutex, then the pause owner's mutex (a leaf,
 // which only flips sarama's in-memory pause flags). No lock is held across a network call:
