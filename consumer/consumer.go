@@ -142,12 +142,13 @@ func New(cfg Config, h Handler) (*Consumer, error) {
 // every connection closes. Run may be called once.
 //
 // Before it joins the group Run checks that the requests, results and dead-letter topics
-// exist, and returns an error naming the missing one (a member that joined without them
-// would look healthy while its partitions retried publishing forever). It returns nil after a
-// clean shutdown; an error wrapping ErrFinalCommit when a commit of the shutdown did not
-// finish within 5 s or leaving the group did not (the records it covered are redelivered to
-// the group, and redone: nothing is lost); or an error when it cannot start (brokers
-// unreachable, a topic missing, ctx ended while connecting).
+// exist (a replay's own, when it has them), and returns an error naming the missing one (a
+// member that joined without them would look healthy while its partitions retried
+// publishing forever). It returns nil after a clean shutdown; an error wrapping
+// ErrFinalCommit when a commit of the shutdown did not finish within 5 s or leaving the group
+// did not (the records it covered are redelivered to the group, and redone: nothing is
+// lost); or an error when it cannot start (brokers unreachable, a topic missing, ctx ended
+// while connecting, a replay that would write to production's stores: ErrProductionStore).
 func (c *Consumer) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return errors.New("consumer: Run called twice")
@@ -170,8 +171,23 @@ func (c *Consumer) Run(ctx context.Context) error {
 	for _, topic := range []struct{ field, name string }{
 		{"ResultsTopic", c.cfg.ResultsTopic}, {"DeadLetterTopic", c.cfg.DeadLetterTopic},
 	} {
+		if topic.name == "" { // a replay that publishes nothing
+			continue
+		}
 		if _, err := client.Partitions(topic.name); err != nil {
 			return fmt.Errorf("consumer: Config.%s %q: %w", topic.field, topic.name, err)
+		}
+	}
+	if c.cfg.Replay != nil {
+		ends, err := c.startReplay(ctx, client)
+		if err != nil {
+			return err
+		}
+		if ends != nil {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithCancel(ctx)
+			defer cancel()
+			go c.stopAtEnd(ctx, cancel, client, ends)
 		}
 	}
 	producer, err := connect(ctx, func() (sarama.AsyncProducer, error) {

@@ -15,9 +15,9 @@ import (
 
 	"github.com/turnstile-go/turnstile/consumer"
 	"github.com/turnstile-go/turnstile/inbox"
-	"github.com/turnstile-go/turnstile/internal/kafkatest"
 	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // Tests of the holes of issue 10 that the consumer closes: each failed before its fix.
@@ -49,7 +49,7 @@ func TestAlwaysRateLimitedRequestIsDeadLettered(t *testing.T) {
 	e.waitDone(t, append([]turn.Request{next}, others...)...)
 	dead := e.cluster.ReadAll(t, e.dlq, 1, wait)
 	require.Len(t, dead, 1)
-	h := kafkatest.HeaderMap(dead[0])
+	h := turntest.HeaderMap(dead[0])
 	require.Equal(t, refused.ID, h[consumer.HeaderRequestID])
 	require.Contains(t, h[consumer.HeaderReason], fmt.Sprintf("rate limited %d times", limit))
 	require.Contains(t, h[consumer.HeaderReason], "HTTP 429")
@@ -146,7 +146,7 @@ func TestCrashLoopSparesTheRequestsBesideIt(t *testing.T) {
 	e.waitDone(t, slow)
 	dead := e.cluster.ReadAll(t, e.dlq, 1, wait)
 	require.Len(t, dead, 1, "the killer only")
-	h := kafkatest.HeaderMap(dead[0])
+	h := turntest.HeaderMap(dead[0])
 	require.Equal(t, killer.ID, h[consumer.HeaderRequestID])
 	require.Contains(t, h[consumer.HeaderReason], "3 attempts exhausted; the last ran alone and ended with its process")
 	require.Equal(t, strconv.Itoa(turn.DefaultMaxAttempts), h[consumer.HeaderAttempts])
@@ -186,7 +186,7 @@ func TestOversizedKeyOrHeadersAreDeadLettered(t *testing.T) {
 	require.Len(t, dead, 3)
 	byOffset := map[string]map[string]string{}
 	for _, d := range dead {
-		h := kafkatest.HeaderMap(d)
+		h := turntest.HeaderMap(d)
 		byOffset[h[consumer.HeaderSourceOffset]] = h
 		require.Empty(t, d.Value)
 		require.Contains(t, h[consumer.HeaderReason], "malformed JSON")
@@ -204,7 +204,7 @@ func TestOversizedKeyOrHeadersAreDeadLettered(t *testing.T) {
 }
 
 // allowLargeRecords raises topic's max.message.bytes to 16 MiB.
-func allowLargeRecords(t *testing.T, c *kafkatest.Cluster, topic string) {
+func allowLargeRecords(t *testing.T, c *turntest.Cluster, topic string) {
 	t.Helper()
 	admin, err := sarama.NewClusterAdmin(c.Brokers(), c.Config())
 	require.NoError(t, err)
@@ -214,7 +214,7 @@ func allowLargeRecords(t *testing.T, c *kafkatest.Cluster, topic string) {
 }
 
 // produceLarge writes msgs to partition 0 of topic, in order, with a producer allowing 16 MiB.
-func produceLarge(t *testing.T, c *kafkatest.Cluster, topic string, msgs []*sarama.ProducerMessage) {
+func produceLarge(t *testing.T, c *turntest.Cluster, topic string, msgs []*sarama.ProducerMessage) {
 	t.Helper()
 	cfg := c.ProducerConfig()
 	cfg.Producer.MaxMessageBytes = 16 << 20

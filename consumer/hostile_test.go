@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-go/turnstile/consumer"
-	"github.com/turnstile-go/turnstile/internal/kafkatest"
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // hostile is one kind of bad (or odd) record of the hostile-input corpus.
@@ -222,7 +222,7 @@ func TestHostileInputCorpus(t *testing.T) {
 	}
 	nDead++ // the intruder
 	for _, d := range e.cluster.ReadAll(t, e.dlq, nDead, wait) {
-		h := kafkatest.HeaderMap(d)
+		h := turntest.HeaderMap(d)
 		off, err := strconv.ParseInt(h[consumer.HeaderSourceOffset], 10, 64)
 		require.NoError(t, err)
 		deadByOffset[off] = h
@@ -230,7 +230,7 @@ func TestHostileInputCorpus(t *testing.T) {
 	require.Len(t, deadByOffset, nDead, "one dead letter per bad record")
 	resultsByID := map[string][]*sarama.ConsumerMessage{}
 	for _, r := range e.cluster.ReadAll(t, e.results, total-nDead, wait) {
-		id := kafkatest.HeaderMap(r)[consumer.HeaderRequestID]
+		id := turntest.HeaderMap(r)[consumer.HeaderRequestID]
 		resultsByID[id] = append(resultsByID[id], r)
 	}
 
