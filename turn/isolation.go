@@ -120,12 +120,10 @@ func (r *Runner) attribute(ctx context.Context, req Request, e inbox.Entry, iso 
 	if attempts > r.Attempts() || end == endExplained && iso != isolationAlone {
 		return attempts, nil // exhausted (Run dead-letters it), or an ordinary attempt
 	}
-	log := r.logger().With("request_id", req.ID, "conversation_id", req.ConversationID,
-		"topic", req.Source.Topic, "partition", req.Source.Partition, "offset", req.Source.Offset)
 	if iso == isolationShared {
 		// Give this delivery's count back, keeping the reason, which the lone run reads again.
-		log.Warn("the request's last attempt ended with its process; running it alone", "attempts", attempts)
-		r.bookkeep(ctx, log, func(ctx context.Context) error {
+		// The caller logs the ErrRunAlone.
+		r.bookkeep(ctx, req, func(ctx context.Context) error {
 			return r.Inbox.Fail(ctx, r.InboxKey(req), inbox.Failure{Reason: e.Reason, Refund: true})
 		})
 		return 0, fmt.Errorf("turn %s: %w", req.ID, ErrRunAlone)
@@ -136,7 +134,7 @@ func (r *Runner) attribute(ctx context.Context, req Request, e inbox.Entry, iso 
 	if end == endCrashed {
 		detail += fmt.Sprintf("; attempt %d ended with its process beside other turns and is not counted", attempts)
 	}
-	r.bookkeep(ctx, log, func(ctx context.Context) error {
+	r.bookkeep(ctx, req, func(ctx context.Context) error {
 		return r.Inbox.Fail(ctx, r.InboxKey(req), inbox.Failure{Reason: attemptReason(req.ID, attempts, markAlone, detail),
 			Refund: end == endCrashed})
 	})
