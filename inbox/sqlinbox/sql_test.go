@@ -161,3 +161,52 @@ func TestSQLiteBusyIsRetryable(t *testing.T) {
 	_, err = b.Begin(ctx, inbox.Delivery{RequestID: "r1"})
 	require.NoError(t, err)
 }
+
+// TestPurgeSparesAnEntryRedrivenMeanwhile: a dead entry older than the cutoff that a Redrive
+// makes runnable while Purge waits for its row lock is kept. PostgreSQL re-checks only the
+// DELETE's own WHERE on a row updated under it (EvalPlanQual, READ COMMITTED), not a subquery
+// that picked the row from the older snapshot, so Purge must repeat the conditions there.
+func TestPurgeSparesAnEntryRedrivenMeanwhile(t *testing.T) {
+	t.Parallel()
+	b, db := newInbox(t, sqltest.PostgresDB, sqlinbox.Options{})
+	ctx := context.Background()
+	const id = "req-dead"
+	_, err := b.Begin(ctx, inbox.Delivery{RequestID: id, Topic: "t"})
+	require.NoError(t, err)
+	require.NoError(t, b.MarkDead(ctx, id, "poison"))
+	dead, err := b.Get(ctx, id)
+	require.NoError(t, err)
+	cutoff := dead.UpdatedAt.Add(time.Millisecond)
+
+	// An operator's Redrive holds the row: the statement inbox.Redrive runs, left uncommitted.
+	tx, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer tx.Rollback()
+	_, err = tx.ExecContext(ctx, fmt.Sprintf(`UPDATE %sinbox SET status = 'in_progress', attempts = 0, reason = '',
+		redrives = '[{"reason":"poison","attempts":1,"at":"2026-01-01T00:00:00Z"}]', updated_at = $2
+		WHERE request_id = $1 AND status = 'dead'`, b.TablePrefix()), id, cutoff.Add(time.Hour))
+	require.NoError(t, err)
+
+	purged := make(chan int64, 1)
+	go func() {
+		n, err := b.Purge(ctx, cutoff)
+		if err != nil {
+			n = -1
+		}
+		purged <- n
+	}()
+	// Wait until the purge blocks on the row, then let the Redrive commit.
+	require.Eventually(t, func() bool {
+		var waiting int
+		err := db.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE 'DELETE FROM ' || $1 || 'inbox%'`, b.TablePrefix()).Scan(&waiting)
+		return err == nil && waiting > 0
+	}, time.Minute, 10*time.Millisecond, "the purge never waited for the re-driven row")
+	require.NoError(t, tx.Commit())
+
+	require.Zero(t, <-purged, "the re-driven entry is no longer dead: nothing to purge")
+	e, err := b.Get(ctx, id)
+	require.NoError(t, err, "the re-driven entry survived the purge")
+	require.Equal(t, inbox.StatusInProgress, e.Status)
+	require.Len(t, e.Redrives, 1)
+}
