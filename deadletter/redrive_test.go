@@ -36,6 +36,7 @@ var quiet = slog.New(slog.DiscardHandler)
 type service struct {
 	kc                     *turntest.Cluster
 	requests, results, dlq string
+	group                  string
 	inbox                  *sqlinbox.Inbox
 	fixed                  atomic.Bool
 	mu                     sync.Mutex
@@ -46,7 +47,7 @@ func newService(t *testing.T) *service {
 	t.Helper()
 	kc := turntest.NewCluster(t, turntest.Options{})
 	s := &service{kc: kc, requests: kc.CreateTopic(t, "requests", 3), results: kc.CreateTopic(t, "results", 3),
-		dlq: kc.Unique("dlq"), calls: map[string]int{}}
+		dlq: kc.Unique("dlq"), group: kc.Unique("svc"), calls: map[string]int{}}
 	// The dead-letter topic takes records of 4 KiB at most: a larger request is dead-lettered
 	// without its value.
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
@@ -72,7 +73,7 @@ func newService(t *testing.T) *service {
 		return turn.Output{Events: []session.Event{{Text: "answered " + in.Request.ID}}}, nil
 	})
 	r := &turn.Runner{Model: model, Sessions: session.NewMemoryStore(), Inbox: s.inbox, Logger: quiet}
-	c, err := consumer.New(consumer.Config{Brokers: kc.Brokers(), GroupID: kc.Unique("svc"), RequestsTopic: s.requests,
+	c, err := consumer.New(consumer.Config{Brokers: kc.Brokers(), GroupID: s.group, RequestsTopic: s.requests,
 		ResultsTopic: s.results, DeadLetterTopic: s.dlq, Sarama: kc.Config(), CommitInterval: 100 * time.Millisecond,
 		Logger: quiet}, consumer.RunnerHandler(r))
 	require.NoError(t, err)
@@ -87,6 +88,24 @@ func (s *service) callsOf(id string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.calls[id]
+}
+
+// drained waits until the service has committed every record of the requests topic.
+func (s *service) drained(t *testing.T) {
+	t.Helper()
+	client := s.client(t)
+	require.Eventually(t, func() bool {
+		parts, err := client.Partitions(s.requests)
+		require.NoError(t, err)
+		for _, p := range parts {
+			end, err := client.GetOffset(s.requests, p, sarama.OffsetNewest)
+			require.NoError(t, err)
+			if end > 0 && s.kc.CommittedOffset(t, s.group, s.requests, p) < end {
+				return false
+			}
+		}
+		return true
+	}, wait, 20*time.Millisecond, "the service did not commit the requests topic to its end")
 }
 
 func (s *service) client(t *testing.T) sarama.Client {
@@ -204,4 +223,57 @@ func TestRedriveFinishesAnInterruptedRedrive(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, e.Redrives, 1, "one re-drive in the audit")
 	require.Equal(t, fmt.Sprint(inbox.StatusDone), fmt.Sprint(e.Status))
+}
+
+// Two operators re-drive the same dead letter at once: one re-drive wins the inbox entry,
+// the other finds it re-driven (and publishes the request again, or skips it when it already
+// began), and the request runs once.
+func TestConcurrentRedrivesRunOnce(t *testing.T) {
+	t.Parallel()
+	s := newService(t)
+	ctx := context.Background()
+	req := turntest.NewRequest("c-5", "u-5", "refund order A-5")
+	s.kc.ProduceRequest(t, s.requests, req)
+	letters := s.kc.ReadDeadLetters(t, s.dlq, 1, wait)
+	s.fixed.Store(true)
+
+	opts := deadletter.Options{Client: s.client(t), Inbox: s.inbox, Note: "bug 42 fixed", Logger: quiet}
+	var (
+		wg       sync.WaitGroup
+		outcomes [2][]deadletter.Outcome
+		errs     [2]error
+	)
+	start := make(chan struct{})
+	for i := range 2 {
+		wg.Go(func() {
+			<-start
+			outcomes[i], errs[i] = deadletter.Redrive(ctx, opts, letters)
+		})
+	}
+	close(start)
+	wg.Wait()
+	var actions []deadletter.Action
+	for i := range 2 {
+		require.NoError(t, errs[i])
+		require.Len(t, outcomes[i], 1)
+		require.NoError(t, outcomes[i][0].Err)
+		actions = append(actions, outcomes[i][0].Action)
+	}
+	won := 0
+	for _, a := range actions {
+		if a == deadletter.Redriven {
+			won++
+			continue
+		}
+		require.Contains(t, []deadletter.Action{deadletter.Republished, deadletter.SkippedRunning, deadletter.SkippedDone}, a)
+	}
+	require.Equal(t, 1, won, "one re-drive wins the inbox entry: %v", actions)
+
+	s.kc.ReadResults(t, s.results, 1, wait)
+	s.drained(t) // every copy published has been consumed and answered
+	require.Equal(t, 1, s.callsOf(req.ID), "the request ran once")
+	e, err := s.inbox.Get(ctx, turn.InboxKey(turn.DefaultApp, req))
+	require.NoError(t, err)
+	require.Equal(t, inbox.StatusDone, e.Status)
+	require.Len(t, e.Redrives, 1, "one re-drive in the audit")
 }
