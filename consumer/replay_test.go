@@ -185,22 +185,28 @@ func TestReplayIntoSandboxLeavesProductionUntouched(t *testing.T) {
 	require.Equal(t, before, readStoreState(t, db, prefix), "production inbox and sessions untouched")
 }
 
-// A replay from a time starts each partition at its first record at or after it.
+// A replay from a time starts each partition at its first record at or after it, and a
+// partition with no record since then at its end.
 func TestReplayFromTime(t *testing.T) {
 	t.Parallel()
 	kc := turntest.NewCluster(t, turntest.Options{})
-	requests, sandbox := kc.CreateTopic(t, "requests", 2), kc.CreateTopic(t, "sandbox", 2)
-	for i := range 10 {
-		kc.ProduceRequest(t, requests, request(fmt.Sprintf("c%d", i%3), "before"))
+	requests, sandbox := kc.CreateTopic(t, "requests", 3), kc.CreateTopic(t, "sandbox", 3)
+	produce := func(p int32, text string) string {
+		req := request(fmt.Sprintf("c%d", p), text)
+		v, err := req.Encode()
+		require.NoError(t, err)
+		kc.ProduceTo(t, requests, p, req.ConversationID, v, nil)
+		return req.ID
+	}
+	for i := range 9 {
+		produce(int32(i%3), "before")
 	}
 	time.Sleep(5 * time.Millisecond) // record timestamps are in milliseconds: keep the batches apart
 	from := time.Now()
 	time.Sleep(5 * time.Millisecond)
 	later := map[string]bool{}
-	for i := range 10 {
-		req := request(fmt.Sprintf("c%d", i%3), "after")
-		kc.ProduceRequest(t, requests, req)
-		later[req.ID] = true
+	for i := range 10 { // none on partition 2
+		later[produce(int32(i%2), "after")] = true
 	}
 	r := &turn.Runner{Model: turn.ModelFunc(func(_ context.Context, in turn.Input) (turn.Output, error) { return echo(in) }),
 		Sessions: session.NewMemoryStore(), Inbox: inbox.NewMemoryInbox(), Logger: testLogger(t)}
@@ -216,4 +222,37 @@ func TestReplayFromTime(t *testing.T) {
 		require.True(t, later[res.RequestID], "a request from before the start time was replayed")
 	}
 	require.EqualValues(t, len(later), kc.RecordCount(t, sandbox))
+}
+
+// A replay from an offset starts each partition there, and a partition that holds less starts
+// at its end.
+func TestReplayFromOffset(t *testing.T) {
+	t.Parallel()
+	kc := turntest.NewCluster(t, turntest.Options{})
+	requests, sandbox := kc.CreateTopic(t, "requests", 2), kc.CreateTopic(t, "sandbox", 2)
+	const from = 3
+	want := map[string]bool{}
+	for p, n := range []int{6, 2} { // partition 1 holds less than from: it starts at its end
+		for range n {
+			req := request(fmt.Sprintf("c%d", p), "hello")
+			v, err := req.Encode()
+			require.NoError(t, err)
+			if off := kc.ProduceTo(t, requests, int32(p), req.ConversationID, v, nil); off >= from {
+				want[req.ID] = true
+			}
+		}
+	}
+	r := &turn.Runner{Model: turn.ModelFunc(func(_ context.Context, in turn.Input) (turn.Output, error) { return echo(in) }),
+		Sessions: session.NewMemoryStore(), Inbox: inbox.NewMemoryInbox(), Logger: testLogger(t)}
+	c, err := consumer.New(consumer.Config{Brokers: kc.Brokers(), GroupID: kc.Unique("sandbox"), RequestsTopic: requests,
+		ResultsTopic: sandbox, Sarama: kc.Config(), CommitInterval: 100 * time.Millisecond, Logger: testLogger(t),
+		Replay: &consumer.Replay{ProductionGroupID: "prod", ProductionResultsTopic: "results", ProductionDeadLetterTopic: "dlq",
+			StartOffset: from, StopAtEnd: true}}, consumer.RunnerHandler(r))
+	require.NoError(t, err)
+	runUntil(t, c, context.Background())
+	require.Len(t, want, 3)
+	require.EqualValues(t, len(want), kc.RecordCount(t, sandbox))
+	for _, res := range kc.ReadResults(t, sandbox, len(want), wait) {
+		require.True(t, want[res.RequestID], "a request before offset %d was replayed", from)
+	}
 }
