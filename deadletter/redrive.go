@@ -14,10 +14,10 @@ import (
 
 // Options configure Redrive.
 type Options struct {
-	// Client reaches the cluster; Redrive leaves it open. Its config must let a SyncProducer
-	// be built on it (Producer.Return.Successes = true); Redrive's producer is idempotent
-	// (Idempotent, RequiredAcks = WaitForAll, Net.MaxOpenRequests = 1), as the consumer's is.
-	// Required.
+	// Client reaches the cluster; Redrive leaves it open. Redrive reads with it and publishes
+	// through a producer of its own on the same brokers, built from a copy of its config and
+	// idempotent (Idempotent, RequiredAcks = WaitForAll, Net.MaxOpenRequests = 1), as the
+	// consumer's is. Required.
 	Client sarama.Client
 	// Inbox is the service's inbox (its Runner's). Required.
 	Inbox inbox.Inbox
@@ -73,7 +73,8 @@ type Outcome struct {
 // to the requests topic, on its source partition (so the conversation keeps its partition),
 // with its key, its own headers and HeaderRedrivenFrom. A dead letter without its value is
 // re-driven from its source record, read by its offset (ErrSourceGone when retention removed
-// it). A request whose entry is done or in progress is skipped: re-driving the same dead
+// it). A request whose entry is done, or in progress with an attempt begun, is skipped; one
+// re-driven and not begun yet is published again (Republished): re-driving the same dead
 // letter twice gives one turn. Outcomes come back in the order of letters, each with its own
 // error; Redrive's own error is for what stops it all (bad Options, the producer).
 func Redrive(ctx context.Context, opts Options, letters []Letter) ([]Outcome, error) {
