@@ -22,7 +22,9 @@ type Options struct {
 	// Inbox is the service's inbox (its Runner's). Required.
 	Inbox inbox.Inbox
 	// App is the service's Runner.App, which scopes inbox keys (turn.InboxKey); default
-	// turn.DefaultApp.
+	// turn.DefaultApp. Under another app Redrive finds no entry, publishes the request as new,
+	// and the service, which finds its entry still dead, dead-letters it again (see
+	// NoInboxEntry).
 	App string
 	// RequestsTopic, when set, is where requests are published again; default each dead
 	// letter's source topic.
@@ -100,9 +102,14 @@ func Redrive(ctx context.Context, opts Options, letters []Letter) ([]Outcome, er
 		o := redriveOne(ctx, opts, producer, l)
 		log := opts.Logger.With("dead_letter", l.ID(), "request_id", l.RequestID, "conversation_id", l.ConversationID,
 			"topic", l.Source.Topic, "partition", l.Source.Partition, "offset", l.Source.Offset)
-		if o.Err != nil {
+		switch {
+		case o.Err != nil:
 			log.Error("dead letter not re-driven", "err", o.Err)
-		} else {
+		case NoInboxEntry(o):
+			log.Warn("dead letter re-driven, but the inbox has no entry for its request although it spent attempts: "+
+				"purged since, or Options.App is not the service's Runner.App (then the service dead-letters it again)",
+				"app", opts.App, "action", string(o.Action), "to_partition", o.Partition, "to_offset", o.Offset)
+		default:
 			log.Info("dead letter re-driven", "action", string(o.Action), "to_partition", o.Partition, "to_offset", o.Offset)
 		}
 		out = append(out, o)
@@ -111,6 +118,14 @@ func Redrive(ctx context.Context, opts Options, letters []Letter) ([]Outcome, er
 		}
 	}
 	return out, nil
+}
+
+// NoInboxEntry reports whether o published a request that spent attempts (so the inbox had
+// an entry for it) but whose entry Redrive did not find: the entry was purged since, and the
+// request runs as new, or Options.App is not the service's Runner.App, and the service finds
+// the entry still dead and dead-letters the request again.
+func NoInboxEntry(o Outcome) bool {
+	return o.Err == nil && o.Action == Redriven && o.Entry == nil && o.Letter.Attempts > 0 && o.Letter.RequestID != ""
 }
 
 func redriveOne(ctx context.Context, opts Options, producer sarama.SyncProducer, l Letter) Outcome {

@@ -277,3 +277,46 @@ func TestConcurrentRedrivesRunOnce(t *testing.T) {
 	require.Equal(t, inbox.StatusDone, e.Status)
 	require.Len(t, e.Redrives, 1, "one re-drive in the audit")
 }
+
+// A re-drive under another app than the service's finds no inbox entry for a request that
+// spent attempts: it says so (NoInboxEntry, a warning), and the service, whose entry is still
+// dead, dead-letters the request again without running it.
+func TestRedriveUnderAnotherAppIsFlagged(t *testing.T) {
+	t.Parallel()
+	s := newService(t)
+	ctx := context.Background()
+	req := turntest.NewRequest("c-7", "u-7", "refund order A-7")
+	s.kc.ProduceRequest(t, s.requests, req)
+	letters := s.kc.ReadDeadLetters(t, s.dlq, 1, wait)
+	require.Positive(t, letters[0].Attempts)
+	s.fixed.Store(true)
+
+	var logs strings.Builder
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(p)
+	}), nil))
+	outcomes, err := deadletter.Redrive(ctx, deadletter.Options{Client: s.client(t), Inbox: s.inbox, App: "another-app", Logger: logger}, letters)
+	require.NoError(t, err)
+	require.NoError(t, outcomes[0].Err)
+	require.True(t, deadletter.NoInboxEntry(outcomes[0]))
+	mu.Lock()
+	require.Contains(t, logs.String(), "Options.App is not the service's Runner.App")
+	mu.Unlock()
+
+	again := s.kc.ReadDeadLetters(t, s.dlq, 2, wait)
+	require.Equal(t, req.ID, again[len(again)-1].RequestID)
+	require.Zero(t, s.callsOf(req.ID), "the service did not run it: its entry is still dead")
+
+	// Under the service's app the same dead letter is re-driven for real.
+	outcomes, err = deadletter.Redrive(ctx, deadletter.Options{Client: s.client(t), Inbox: s.inbox, Logger: quiet}, letters[:1])
+	require.NoError(t, err)
+	require.False(t, deadletter.NoInboxEntry(outcomes[0]))
+	require.Equal(t, deadletter.Redriven, outcomes[0].Action)
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

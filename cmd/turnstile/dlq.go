@@ -323,6 +323,13 @@ func dlqRedrive(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 	}
+	for _, o := range outcomes {
+		if deadletter.NoInboxEntry(o) {
+			fmt.Fprintf(e.stderr, "warning: %s: request %s spent attempts but has no inbox entry under --app %q: "+
+				"purged since (it runs as new), or the service's Runner.App is another (it is dead-lettered again)\n",
+				o.Letter.ID(), o.Letter.RequestID, *f.app)
+		}
+	}
 	if failed > 0 {
 		return fmt.Errorf("%d of %d dead letters not re-driven", failed, len(outcomes))
 	}

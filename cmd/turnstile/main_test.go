@@ -280,6 +280,12 @@ func testCommands(t *testing.T, d database) {
 	code, _, _ = cli(t, append([]string{"inbox", "get", "--request-id=" + good.ID, "--user=u-2", "--conversation=c-2"}, dbFlags...)...)
 	require.Equal(t, exitNotFound, code)
 	require.Contains(t, ok(t, append([]string{"session", "delete", "--idle-for=1ns"}, dbFlags...)...), "deleted 1 sessions")
+
+	// A dead letter whose inbox entry is gone (purged above, or another --app) is re-driven
+	// with a warning that says why it may come back.
+	code, _, errOut = cli(t, append([]string{"dlq", "redrive", brokers, "--topic=" + s.dlq, "--request-id=" + bad.ID}, dbFlags...)...)
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, errOut, "has no inbox entry under --app")
 }
 
 // listed0 returns the first dead letter of topic, through the CLI.
