@@ -78,7 +78,8 @@ type Outcome struct {
 // it). A request whose entry is done, or in progress with an attempt begun, is skipped; one
 // re-driven and not begun yet is published again (Republished): re-driving the same dead
 // letter twice gives one turn. Outcomes come back in the order of letters, each with its own
-// error; Redrive's own error is for what stops it all (bad Options, the producer).
+// error; Redrive's own error is for what stops it all: bad Options, the producer, or ctx
+// ending, which returns the outcomes of the letters handled so far with ctx's error.
 func Redrive(ctx context.Context, opts Options, letters []Letter) ([]Outcome, error) {
 	switch {
 	case opts.Client == nil:
@@ -113,8 +114,8 @@ func Redrive(ctx context.Context, opts Options, letters []Letter) ([]Outcome, er
 			log.Info("dead letter re-driven", "action", string(o.Action), "to_partition", o.Partition, "to_offset", o.Offset)
 		}
 		out = append(out, o)
-		if ctx.Err() != nil {
-			break
+		if ctx.Err() != nil && len(out) < len(letters) {
+			return out, fmt.Errorf("deadletter: stopped after %d of %d dead letters: %w", len(out), len(letters), ctx.Err())
 		}
 	}
 	return out, nil

@@ -320,3 +320,28 @@ func TestRedriveUnderAnotherAppIsFlagged(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// A re-drive whose context ends stops, and says how far it got.
+func TestRedriveStopsWhenItsContextEnds(t *testing.T) {
+	t.Parallel()
+	kc := turntest.NewCluster(t, turntest.Options{})
+	requests := kc.CreateTopic(t, "requests", 1)
+	client, err := sarama.NewClient(kc.Brokers(), kc.Config())
+	require.NoError(t, err)
+	defer client.Close()
+	var letters []deadletter.Letter
+	for i := range 3 {
+		v, err := turntest.NewRequest("c", "u", "refund").Encode()
+		require.NoError(t, err)
+		letters = append(letters, deadletter.Letter{Topic: "dlq", Offset: int64(i), Value: v, Attempts: 1,
+			Source: turn.Source{Topic: requests, Offset: int64(i)}})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	outcomes, err := deadletter.Redrive(ctx, deadletter.Options{Client: client, Inbox: inbox.NewMemoryInbox(), Logger: quiet}, letters)
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorContains(t, err, "stopped after 1 of 3 dead letters")
+	require.Len(t, outcomes, 1)
+	require.Error(t, outcomes[0].Err)
+	require.Zero(t, kc.RecordCount(t, requests), "nothing published")
+}

@@ -285,10 +285,10 @@ func dlqRedrive(ctx context.Context, e *env, args []string) error {
 	defer client.Close()
 	rctx, cancel := context.WithTimeout(ctx, *f.timeout)
 	defer cancel()
-	outcomes, err := deadletter.Redrive(rctx, deadletter.Options{Client: client, Inbox: ib, App: *f.app,
+	outcomes, stopped := deadletter.Redrive(rctx, deadletter.Options{Client: client, Inbox: ib, App: *f.app,
 		RequestsTopic: *requests, Note: *note, Logger: discard}, letters)
-	if err != nil {
-		return err
+	if stopped != nil && len(outcomes) == 0 {
+		return stopped
 	}
 	type row struct {
 		ID        string `json:"id"`
@@ -330,7 +330,10 @@ func dlqRedrive(ctx context.Context, e *env, args []string) error {
 				o.Letter.ID(), o.Letter.RequestID, *f.app)
 		}
 	}
-	if failed > 0 {
+	switch {
+	case stopped != nil: // the rows above are what was done
+		return fmt.Errorf("%d of %d dead letters handled (%d not re-driven), then: %w", len(outcomes), len(letters), failed, stopped)
+	case failed > 0:
 		return fmt.Errorf("%d of %d dead letters not re-driven", failed, len(outcomes))
 	}
 	return nil
