@@ -185,37 +185,49 @@ func TestReplayIntoSandboxLeavesProductionUntouched(t *testing.T) {
 	require.Equal(t, before, readStoreState(t, db, prefix), "production inbox and sessions untouched")
 }
 
+// produceTo writes a request of conversation c<p> to partition p of topic and returns it with
+// its offset.
+func produceTo(t *testing.T, kc *turntest.Cluster, topic string, p int32, text string) (turn.Request, int64) {
+	t.Helper()
+	req := request(fmt.Sprintf("c%d", p), text)
+	v, err := req.Encode()
+	require.NoError(t, err)
+	return req, kc.ProduceTo(t, topic, p, req.ConversationID, v, nil)
+}
+
+// sandboxReplay runs an echo model's replay of requests into sandbox until it stops at the
+// recorded end.
+func sandboxReplay(t *testing.T, kc *turntest.Cluster, requests, sandbox string, replay consumer.Replay) {
+	t.Helper()
+	r := &turn.Runner{Model: turn.ModelFunc(func(_ context.Context, in turn.Input) (turn.Output, error) { return echo(in) }),
+		Sessions: session.NewMemoryStore(), Inbox: inbox.NewMemoryInbox(), Logger: testLogger(t)}
+	replay.ProductionGroupID, replay.ProductionResultsTopic, replay.ProductionDeadLetterTopic = "prod", "results", "dlq"
+	replay.StopAtEnd = true
+	c, err := consumer.New(consumer.Config{Brokers: kc.Brokers(), GroupID: kc.Unique("sandbox"), RequestsTopic: requests,
+		ResultsTopic: sandbox, Sarama: kc.Config(), CommitInterval: 100 * time.Millisecond, Logger: testLogger(t),
+		Replay: &replay}, consumer.RunnerHandler(r))
+	require.NoError(t, err)
+	runUntil(t, c, context.Background())
+}
+
 // A replay from a time starts each partition at its first record at or after it, and a
 // partition with no record since then at its end.
 func TestReplayFromTime(t *testing.T) {
 	t.Parallel()
 	kc := turntest.NewCluster(t, turntest.Options{})
 	requests, sandbox := kc.CreateTopic(t, "requests", 3), kc.CreateTopic(t, "sandbox", 3)
-	produce := func(p int32, text string) string {
-		req := request(fmt.Sprintf("c%d", p), text)
-		v, err := req.Encode()
-		require.NoError(t, err)
-		kc.ProduceTo(t, requests, p, req.ConversationID, v, nil)
-		return req.ID
-	}
 	for i := range 9 {
-		produce(int32(i%3), "before")
+		produceTo(t, kc, requests, int32(i%3), "before")
 	}
 	time.Sleep(5 * time.Millisecond) // record timestamps are in milliseconds: keep the batches apart
 	from := time.Now()
 	time.Sleep(5 * time.Millisecond)
 	later := map[string]bool{}
 	for i := range 10 { // none on partition 2
-		later[produce(int32(i%2), "after")] = true
+		req, _ := produceTo(t, kc, requests, int32(i%2), "after")
+		later[req.ID] = true
 	}
-	r := &turn.Runner{Model: turn.ModelFunc(func(_ context.Context, in turn.Input) (turn.Output, error) { return echo(in) }),
-		Sessions: session.NewMemoryStore(), Inbox: inbox.NewMemoryInbox(), Logger: testLogger(t)}
-	c, err := consumer.New(consumer.Config{Brokers: kc.Brokers(), GroupID: kc.Unique("sandbox"), RequestsTopic: requests,
-		ResultsTopic: sandbox, Sarama: kc.Config(), CommitInterval: 100 * time.Millisecond, Logger: testLogger(t),
-		Replay: &consumer.Replay{ProductionGroupID: "prod", ProductionResultsTopic: "results", ProductionDeadLetterTopic: "dlq",
-			StartTime: from, StopAtEnd: true}}, consumer.RunnerHandler(r))
-	require.NoError(t, err)
-	runUntil(t, c, context.Background())
+	sandboxReplay(t, kc, requests, sandbox, consumer.Replay{StartTime: from})
 	got := kc.ReadResults(t, sandbox, len(later), wait)
 	require.Len(t, got, len(later))
 	for _, res := range got {
@@ -234,22 +246,12 @@ func TestReplayFromOffset(t *testing.T) {
 	want := map[string]bool{}
 	for p, n := range []int{6, 2} { // partition 1 holds less than from: it starts at its end
 		for range n {
-			req := request(fmt.Sprintf("c%d", p), "hello")
-			v, err := req.Encode()
-			require.NoError(t, err)
-			if off := kc.ProduceTo(t, requests, int32(p), req.ConversationID, v, nil); off >= from {
+			if req, off := produceTo(t, kc, requests, int32(p), "hello"); off >= from {
 				want[req.ID] = true
 			}
 		}
 	}
-	r := &turn.Runner{Model: turn.ModelFunc(func(_ context.Context, in turn.Input) (turn.Output, error) { return echo(in) }),
-		Sessions: session.NewMemoryStore(), Inbox: inbox.NewMemoryInbox(), Logger: testLogger(t)}
-	c, err := consumer.New(consumer.Config{Brokers: kc.Brokers(), GroupID: kc.Unique("sandbox"), RequestsTopic: requests,
-		ResultsTopic: sandbox, Sarama: kc.Config(), CommitInterval: 100 * time.Millisecond, Logger: testLogger(t),
-		Replay: &consumer.Replay{ProductionGroupID: "prod", ProductionResultsTopic: "results", ProductionDeadLetterTopic: "dlq",
-			StartOffset: from, StopAtEnd: true}}, consumer.RunnerHandler(r))
-	require.NoError(t, err)
-	runUntil(t, c, context.Background())
+	sandboxReplay(t, kc, requests, sandbox, consumer.Replay{StartOffset: from})
 	require.Len(t, want, 3)
 	require.EqualValues(t, len(want), kc.RecordCount(t, sandbox))
 	for _, res := range kc.ReadResults(t, sandbox, len(want), wait) {

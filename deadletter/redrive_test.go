@@ -3,7 +3,6 @@ package deadletter_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -82,6 +81,17 @@ func newService(t *testing.T) *service {
 	go func() { done <- c.Run(rctx) }()
 	t.Cleanup(func() { stop(); require.NoError(t, <-done) })
 	return s
+}
+
+// deadLettered produces a request the service's bug dead-letters, reads its dead letter, and
+// fixes the bug.
+func (s *service) deadLettered(t *testing.T, conversation, text string) (turn.Request, []deadletter.Letter) {
+	t.Helper()
+	req := turntest.NewRequest(conversation, "u-"+conversation, text)
+	s.kc.ProduceRequest(t, s.requests, req)
+	letters := s.kc.ReadDeadLetters(t, s.dlq, 1, wait)
+	s.fixed.Store(true)
+	return req, letters
 }
 
 func (s *service) callsOf(id string) int {
@@ -204,10 +214,7 @@ func TestRedriveFinishesAnInterruptedRedrive(t *testing.T) {
 	t.Parallel()
 	s := newService(t)
 	ctx := context.Background()
-	req := turntest.NewRequest("c-9", "u-9", "refund order A-9")
-	s.kc.ProduceRequest(t, s.requests, req)
-	letters := s.kc.ReadDeadLetters(t, s.dlq, 1, wait)
-	s.fixed.Store(true)
+	req, letters := s.deadLettered(t, "c-9", "refund order A-9")
 	// The first re-drive re-drove the inbox entry and died before publishing.
 	_, err := s.inbox.Redrive(ctx, turn.InboxKey(turn.DefaultApp, req), "interrupted")
 	require.NoError(t, err)
@@ -222,7 +229,7 @@ func TestRedriveFinishesAnInterruptedRedrive(t *testing.T) {
 	e, err := s.inbox.Get(ctx, turn.InboxKey(turn.DefaultApp, req))
 	require.NoError(t, err)
 	require.Len(t, e.Redrives, 1, "one re-drive in the audit")
-	require.Equal(t, fmt.Sprint(inbox.StatusDone), fmt.Sprint(e.Status))
+	require.Equal(t, inbox.StatusDone, e.Status)
 }
 
 // Two operators re-drive the same dead letter at once: one re-drive wins the inbox entry,
@@ -232,10 +239,7 @@ func TestConcurrentRedrivesRunOnce(t *testing.T) {
 	t.Parallel()
 	s := newService(t)
 	ctx := context.Background()
-	req := turntest.NewRequest("c-5", "u-5", "refund order A-5")
-	s.kc.ProduceRequest(t, s.requests, req)
-	letters := s.kc.ReadDeadLetters(t, s.dlq, 1, wait)
-	s.fixed.Store(true)
+	req, letters := s.deadLettered(t, "c-5", "refund order A-5")
 
 	opts := deadletter.Options{Client: s.client(t), Inbox: s.inbox, Note: "bug 42 fixed", Logger: quiet}
 	var (
@@ -285,11 +289,8 @@ func TestRedriveUnderAnotherAppIsFlagged(t *testing.T) {
 	t.Parallel()
 	s := newService(t)
 	ctx := context.Background()
-	req := turntest.NewRequest("c-7", "u-7", "refund order A-7")
-	s.kc.ProduceRequest(t, s.requests, req)
-	letters := s.kc.ReadDeadLetters(t, s.dlq, 1, wait)
+	req, letters := s.deadLettered(t, "c-7", "refund order A-7")
 	require.Positive(t, letters[0].Attempts)
-	s.fixed.Store(true)
 
 	var logs strings.Builder
 	var mu sync.Mutex

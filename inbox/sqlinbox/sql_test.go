@@ -198,12 +198,7 @@ func TestPurgeSparesAnEntryRedrivenMeanwhile(t *testing.T) {
 		purged <- n
 	}()
 	// Wait until the purge blocks on the row, then let the Redrive commit.
-	require.Eventually(t, func() bool {
-		var waiting int
-		err := db.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE 'DELETE FROM ' || $1 || 'inbox%'`, b.TablePrefix()).Scan(&waiting)
-		return err == nil && waiting > 0
-	}, time.Minute, 10*time.Millisecond, "the purge never waited for the re-driven row")
+	sqltest.WaitForLockWait(t, db, "DELETE FROM "+b.TablePrefix()+"inbox")
 	require.NoError(t, tx.Commit())
 
 	require.Zero(t, <-purged, "the re-driven entry is no longer dead: nothing to purge")

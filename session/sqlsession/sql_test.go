@@ -430,12 +430,7 @@ func TestDeleteIdleSparesASessionActiveMeanwhile(t *testing.T) {
 		}
 		deleted <- n
 	}()
-	require.Eventually(t, func() bool {
-		var waiting int
-		err := db.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE 'DELETE FROM ' || $1 || 'sessions%'`, s.TablePrefix()).Scan(&waiting)
-		return err == nil && waiting > 0
-	}, time.Minute, 10*time.Millisecond, "DeleteIdle never waited for the active session's row")
+	sqltest.WaitForLockWait(t, db, "DELETE FROM "+s.TablePrefix()+"sessions")
 	require.NoError(t, tx.Commit())
 
 	require.Zero(t, <-deleted, "the session became active: not idle")
