@@ -27,6 +27,10 @@
 //	-postgres DSN      PostgreSQL stores (pgx) instead of SQLite
 //	-db PATH           the SQLite database file (default: in a temporary directory)
 //	-v                 log the consumers' info lines too
+//	-otel FILE         export traces and metrics with the OpenTelemetry SDK (stdout exporters,
+//	                   JSON) to FILE ("-": standard error): a span per request from the producer,
+//	                   through the member that ran it (process, inbox, session, model, append,
+//	                   send), and the members' metrics (turns, lag, pauses, ...)
 //
 // The logic lives in run (quickstart.go), which quickstart_test.go calls with a small workload.
 package main
@@ -63,6 +67,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.Postgres, "postgres", "", "PostgreSQL DSN for the session store and inbox (default: SQLite)")
 	fs.StringVar(&cfg.DBPath, "db", "", "SQLite database file (default: in a temporary directory)")
 	fs.BoolVar(&verbose, "v", false, "log the consumers' info lines")
+	otelPath := fs.String("otel", "", "write OpenTelemetry traces and metrics as JSON to this file (- for stderr)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -80,6 +85,23 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		level = slog.LevelInfo
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	switch *otelPath {
+	case "":
+	case "-":
+		cfg.Telemetry = stderr
+	default:
+		f, err := os.Create(*otelPath)
+		if err != nil {
+			fmt.Fprintf(stderr, "quickstart: -otel: %v\n", err)
+			return 2
+		}
+		defer func() {
+			_ = f.Close()
+			fmt.Fprintf(stdout, "telemetry: spans and metrics of every member and the producer in %s (OpenTelemetry JSON)\n", *otelPath)
+		}()
+		cfg.Telemetry = f
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

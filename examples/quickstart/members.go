@@ -20,6 +20,7 @@ type fleet struct {
 	stores  *stores
 	model   turn.ModelClient
 	log     *slog.Logger
+	tel     *telemetry // nil: no telemetry
 
 	mu      sync.Mutex
 	members []*member
@@ -50,6 +51,10 @@ func (f *fleet) start() error {
 		MaxAttempts: consumer.DefaultMaxAttempts,
 		Logger:      log,
 	}
+	tel, err := f.tel.options(name)
+	if err != nil {
+		return err
+	}
 	c, err := consumer.New(consumer.Config{
 		Brokers:         f.brokers,
 		GroupID:         f.group,
@@ -62,6 +67,7 @@ func (f *fleet) start() error {
 		CommitInterval:  250 * time.Millisecond,
 		Sarama:          saramaConfig(),
 		Logger:          log,
+		Telemetry:       tel,
 	}, consumer.RunnerHandler(runner))
 	if err != nil {
 		return err

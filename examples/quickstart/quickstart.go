@@ -61,6 +61,9 @@ type Config struct {
 	Timeout time.Duration
 	// Logger gets the consumers' and runners' logs; default: discarded.
 	Logger *slog.Logger
+	// Telemetry, when set, receives every member's and the producer's spans and metrics,
+	// as JSON from the OpenTelemetry SDK's stdout exporters.
+	Telemetry io.Writer
 }
 
 func (c *Config) setDefaults() {
@@ -185,7 +188,12 @@ func run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (Summary, er
 
 	wl := newWorkload(runID, cfg.Requests, cfg.Conversations)
 	model := &demoModel{delay: cfg.ModelDelay}
-	fleet := &fleet{brokers: brokers, group: group, stores: st, model: model, log: cfg.Logger}
+	var tel *telemetry
+	if cfg.Telemetry != nil {
+		tel = newTelemetry(cfg.Telemetry)
+		defer func() { _ = tel.close(context.WithoutCancel(ctx)) }()
+	}
+	fleet := &fleet{brokers: brokers, group: group, stores: st, model: model, log: cfg.Logger, tel: tel}
 	defer fleet.stopAll()
 	for range 2 {
 		if err := fleet.start(); err != nil {
@@ -197,6 +205,13 @@ func run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (Summary, er
 	prodCtx, cancelProd := context.WithCancel(ctx)
 	defer cancelProd()
 	prod := &producer{rate: cfg.Rate}
+	if tel != nil {
+		o, err := tel.options("producer")
+		if err != nil {
+			return Summary{}, err
+		}
+		prod.tracer = o.Tracer()
+	}
 	prodDone := make(chan error, 1)
 	go func() { prodDone <- prod.run(prodCtx, brokers, wl) }()
 
