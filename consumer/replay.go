@@ -84,11 +84,11 @@ var ErrProductionStore = errors.New("consumer: replay would write to a productio
 
 // checkReplayStores refuses a replay whose Runner writes to production's stores.
 func (c *Consumer) checkReplayStores(ctx context.Context) error {
-	rh, ok := c.h.(runnerHandler)
-	if !ok {
+	r := c.hostRunner // the host's stores: telemetry's wrappers have no Location
+	if r == nil {
 		return nil
 	}
-	ours := map[string]any{"Sessions": rh.r.Sessions, "Inbox": rh.r.Inbox}
+	ours := map[string]any{"Sessions": r.Sessions, "Inbox": r.Inbox}
 	for name, s := range ours {
 		for _, p := range c.cfg.Replay.ProductionStores {
 			same, where, err := sameStore(ctx, s, p)

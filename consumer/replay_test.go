@@ -19,6 +19,7 @@ import (
 	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/session/sqlsession"
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turn/turnotel"
 	"github.com/turnstile-go/turnstile/turntest"
 )
 
@@ -257,4 +258,29 @@ func TestReplayFromOffset(t *testing.T) {
 	for _, res := range kc.ReadResults(t, sandbox, len(want), wait) {
 		require.True(t, want[res.RequestID], "a request before offset %d was replayed", from)
 	}
+}
+
+// A replay with telemetry on, whose Runner's stores New wraps in spans, still refuses
+// production's stores: the check looks at the stores the host gave.
+func TestReplayWithTelemetryRefusesProductionStores(t *testing.T) {
+	t.Parallel()
+	kc := turntest.NewCluster(t, turntest.Options{})
+	requests, sandbox := kc.CreateTopic(t, "requests", 1), kc.CreateTopic(t, "sandbox", 1)
+	prodSessions, prodInbox := session.NewMemoryStore(), inbox.NewMemoryInbox()
+	tp, _ := tracer(t)
+	var live atomic.Int64
+	for name, r := range map[string]*turn.Runner{
+		"production inbox":    {Sessions: session.NewMemoryStore(), Inbox: prodInbox},
+		"production sessions": {Sessions: prodSessions, Inbox: inbox.NewMemoryInbox()},
+	} {
+		r.Model = turn.ModelFunc(func(_ context.Context, in turn.Input) (turn.Output, error) { live.Add(1); return echo(in) })
+		r.Logger = testLogger(t)
+		c, err := consumer.New(consumer.Config{Brokers: kc.Brokers(), GroupID: kc.Unique("sandbox"), RequestsTopic: requests,
+			ResultsTopic: sandbox, Sarama: kc.Config(), Logger: testLogger(t), Telemetry: turnotel.Options{TracerProvider: tp},
+			Replay: &consumer.Replay{ProductionGroupID: "prod", ProductionResultsTopic: "results", ProductionDeadLetterTopic: "dlq",
+				ProductionStores: []any{prodSessions, prodInbox}, StopAtEnd: true}}, consumer.RunnerHandler(r))
+		require.NoError(t, err, name)
+		require.ErrorIs(t, c.Run(context.Background()), consumer.ErrProductionStore, name)
+	}
+	require.Zero(t, live.Load())
 }
