@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -80,10 +81,15 @@ func TestReplayIntoSandboxLeavesProductionUntouched(t *testing.T) {
 	prefix := sqltest.Prefix(t, db, true)
 	prodSessions, prodInbox := pgStores(t, db, prefix)
 
+	// replays counts the distinct requests the model saw as a replay (a redelivery after a
+	// rebalance may call it again for one), live the calls that were not a replay.
 	model := func(replays, live *atomic.Int64) turn.ModelFunc {
+		var seen sync.Map
 		return func(_ context.Context, in turn.Input) (turn.Output, error) {
 			if in.Replay {
-				replays.Add(1)
+				if _, again := seen.LoadOrStore(in.Request.ID, true); !again {
+					replays.Add(1)
+				}
 			} else {
 				live.Add(1)
 			}
