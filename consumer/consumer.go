@@ -115,6 +115,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/turnstile-go/turnstile/turn"
 	"github.com/turnstile-go/turnstile/turn/turnotel"
 )
 
@@ -144,6 +145,10 @@ type Consumer struct {
 	committer  atomic.Pointer[committer] // of the current session; sessions do not overlap
 	solo       soloGate                  // lets a turn run with no other in flight (turn.ErrRunAlone)
 
+	// hostRunner is the RunnerHandler's Runner as the host gave it, before telemetry wrapped
+	// its stores: a replay compares its stores with production's (replay.go).
+	hostRunner *turn.Runner
+
 	// Telemetry (telemetry.go, metrics.go): nil when Config.Telemetry leaves it off.
 	tracing *tracing
 	meters  *meters
@@ -171,10 +176,14 @@ func New(cfg Config, h Handler) (*Consumer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if rh, ok := h.(runnerHandler); ok && cfg.Telemetry.Enabled() {
-		h = runnerHandler{turnotel.Runner(rh.r, cfg.Telemetry)} // spans for the inbox, session and model
+	var hostRunner *turn.Runner
+	if rh, ok := h.(runnerHandler); ok {
+		hostRunner = rh.r
+		if cfg.Telemetry.Enabled() {
+			h = runnerHandler{turnotel.Runner(rh.r, cfg.Telemetry)} // spans for the inbox, session and model
+		}
 	}
-	c := &Consumer{cfg: cfg, h: h, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxInFlight),
+	c := &Consumer{cfg: cfg, h: h, hostRunner: hostRunner, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxInFlight),
 		work: make(chan *record, cfg.MaxInFlight), tracing: newTracing(&cfg)}
 	m, err := newMeters(c)
 	if err != nil {
