@@ -91,6 +91,7 @@ type outcomes struct {
 	byValue      map[string]string   // record value -> request id
 	results      map[string][]string // request id -> texts of its result records
 	dead         map[string]bool     // request ids dead-lettered
+	reasons      map[string]string   // request id -> the reason and attempts headers of its dead letter
 	records      int                 // result records
 	strayResults problems            // a result that names no request of the workload, or under another key
 	strayDead    problems            // a dead letter that is no record of the workload
@@ -98,7 +99,7 @@ type outcomes struct {
 
 func newOutcomes(w *workload) *outcomes {
 	o := &outcomes{w: w, byValue: make(map[string]string, len(w.order)),
-		results: make(map[string][]string), dead: make(map[string]bool)}
+		results: make(map[string][]string), dead: make(map[string]bool), reasons: make(map[string]string)}
 	for _, it := range w.order {
 		o.byValue[string(it.value)] = it.id
 	}
@@ -127,6 +128,16 @@ func (o *outcomes) addDead(r *kgo.Record) {
 		return
 	}
 	o.dead[id] = true
+	var reason, attempts string
+	for _, h := range r.Headers {
+		switch h.Key {
+		case "reason":
+			reason = string(h.Value)
+		case "attempts":
+			attempts = string(h.Value)
+		}
+	}
+	o.reasons[id] = fmt.Sprintf("%q after %s attempts", reason, attempts)
 }
 
 // settled counts the workload's records that have an outcome: a result or a dead letter.
@@ -204,6 +215,13 @@ func check(ctx context.Context, cfg *Config, brokers []string, db *sql.DB, prefi
 		return fmt.Errorf("read refunds: %w", err)
 	}
 
+	judge(w, o, events, refunds, f)
+	return nil
+}
+
+// judge fills in f's checks from what was read: the outcomes on the topics, the events of
+// every session (by conversation, oldest first) and the refund rows per request id.
+func judge(w *workload, o *outcomes, events []turnRow, refunds map[string]int, f *Figures) {
 	var lost, dup, order, miss, sideDup, validDead, foreign, noRefund problems
 	turns, replies := histories(events, w, &order, &miss, &foreign)
 	for id, n := range turns {
@@ -231,7 +249,7 @@ func check(ctx context.Context, cfg *Config, brokers []string, db *sql.DB, prefi
 		texts := o.results[it.id]
 		switch {
 		case o.dead[it.id]:
-			validDead.add("request %s (%s #%d) dead-lettered", it.id, it.conv, it.n)
+			validDead.add("request %s (%s #%d) dead-lettered: %s", it.id, it.conv, it.n, o.reasons[it.id])
 		case len(texts) == 0:
 			lost.add("request %s (%s #%d): no result", it.id, it.conv, it.n)
 		case turns[it.id] == 0:
@@ -264,7 +282,6 @@ func check(ctx context.Context, cfg *Config, brokers []string, db *sql.DB, prefi
 			f.Failures = append(f.Failures, fmt.Sprintf("%s: %d (%s)", c.name, c.p.n, strings.Join(c.p.examples, "; ")))
 		}
 	}
-	return nil
 }
 
 // histories walks each conversation's history, oldest first. It counts the turns of each

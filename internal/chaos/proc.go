@@ -192,6 +192,7 @@ func (s *slot) run(ctx context.Context, logf func(string, ...any)) error {
 		case want != intentNone:
 		case code == exitPoison:
 			s.poisonExits++
+			logf("member %s crashed on a poison request (exit %d)", s.args.Name, code)
 		default:
 			s.errorExits++
 			logf("member %s exited by itself with %s (see %s.log)", s.args.Name, c.state, s.args.Name)
