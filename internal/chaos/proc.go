@@ -46,6 +46,7 @@ func startChild(cfg *Config, a childArgs, stdout io.WriteCloser) (*child, error)
 	}
 	cmd := exec.Command(cfg.Exe)
 	cmd.Env = append(os.Environ(), envChild+"="+string(raw))
+	dieWithParent(cmd)
 	cmd.Stderr = logf
 	cmd.Stdout = logf
 	if stdout != nil {
