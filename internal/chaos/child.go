@@ -172,7 +172,9 @@ func memberSarama(name string) *sarama.Config {
 	sc.Version = sarama.V3_6_0_0
 	sc.ClientID = "chaos-" + name
 	sc.Net.DialTimeout = 3 * time.Second
-	sc.Net.ReadTimeout = 10 * time.Second
+	// Above the rebalance timeout: a JoinGroup is answered once the group has rejoined, which
+	// can take that long when a member is slow to give up its claims.
+	sc.Net.ReadTimeout = 30 * time.Second
 	sc.Net.WriteTimeout = 5 * time.Second
 	sc.Metadata.Retry.Max = 40
 	sc.Metadata.Retry.Backoff = 250 * time.Millisecond
