@@ -33,7 +33,10 @@
 // # What the host must do
 //
 // Make every side effect of a turn idempotent on [turn.ToolKey] (or [turn.Input.ToolKey]):
-// the model may be called again for the same request after a crash. Readers of the results
+// the model may be called again for the same request after a crash. Derive the call id from
+// something the re-run repeats (the tool's name and ordinal in the turn, or a hash of its
+// arguments), never from the provider's tool-call id, which changes with every response;
+// [github.com/turnstile-go/turnstile/turntest.CheckCrashes] checks it across the crash table. Readers of the results
 // topic dedup on the request-id header: a result may be published twice when a worker dies
 // between publishing and committing. Return [turn.Permanent] for errors retrying cannot fix,
 // [turn.RetryAfter] for rate limits and [turn.Unavailable] for outages that cannot be the

@@ -136,6 +136,11 @@ type Config struct {
 	// commits slow), with Idempotent, RequiredAcks=WaitForAll, Net.MaxOpenRequests=1, and
 	// turnstile's partitioner.
 	Sarama *sarama.Config
+	// Replay, when set, makes the Consumer a replay into a sandbox: see Replay. ResultsTopic
+	// and DeadLetterTopic may then be empty (nothing is published there), and must not be
+	// production's.
+	Replay *Replay
+
 	// Logger receives the consumer's logs, with request id, conversation id, topic,
 	// partition and offset on every line about a record. Default slog.Default().
 	Logger *slog.Logger
@@ -184,14 +189,20 @@ func (c *Config) Validate() error {
 	if len(c.Brokers) == 0 {
 		errs = append(errs, errors.New("Brokers: empty"))
 	}
-	for name, v := range map[string]string{"GroupID": c.GroupID, "RequestsTopic": c.RequestsTopic,
-		"ResultsTopic": c.ResultsTopic, "DeadLetterTopic": c.DeadLetterTopic} {
+	required := map[string]string{"GroupID": c.GroupID, "RequestsTopic": c.RequestsTopic}
+	if c.Replay == nil {
+		required["ResultsTopic"], required["DeadLetterTopic"] = c.ResultsTopic, c.DeadLetterTopic
+	}
+	for name, v := range required {
 		if v == "" {
 			errs = append(errs, fmt.Errorf("%s: empty", name))
 		}
 	}
 	if c.RequestsTopic != "" && (c.RequestsTopic == c.ResultsTopic || c.RequestsTopic == c.DeadLetterTopic) {
 		errs = append(errs, errors.New("RequestsTopic: must differ from ResultsTopic and DeadLetterTopic"))
+	}
+	if c.Replay != nil {
+		errs = append(errs, c.Replay.validate(c)...)
 	}
 	for _, f := range []struct {
 		name string

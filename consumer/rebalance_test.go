@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-go/turnstile/consumer"
-	"github.com/turnstile-go/turnstile/internal/kafkatest"
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // paced returns echo that takes d per turn, so that turns are in flight when members come
@@ -192,7 +192,7 @@ func TestRecordThatKillsEveryMemberIsDeadLettered(t *testing.T) {
 	survivor := e.start(memberOpts{})
 	dead := e.cluster.ReadAll(t, e.dlq, 1, wait)
 	require.Len(t, dead, 1)
-	h := kafkatest.HeaderMap(dead[0])
+	h := turntest.HeaderMap(dead[0])
 	require.Equal(t, deadly.ID, h[consumer.HeaderRequestID])
 	require.Contains(t, h[consumer.HeaderReason], "3 attempts exhausted")
 	require.Equal(t, "3", h[consumer.HeaderAttempts])
@@ -291,7 +291,7 @@ func TestRateLimitPausesPartitions(t *testing.T) {
 
 func TestKcatInterop(t *testing.T) {
 	t.Parallel()
-	kafkatest.NeedKcat(t)
+	turntest.NeedKcat(t)
 	e := setup(t, 3, 3)
 	e.start(memberOpts{})
 	var lines []string
@@ -302,11 +302,11 @@ func TestKcatInterop(t *testing.T) {
 		require.NoError(t, err)
 		lines = append(lines, reqs[i].ConversationID+"\t"+string(data))
 	}
-	kafkatest.KcatInput(t, []byte(strings.Join(lines, "\n")+"\n"),
+	turntest.KcatInput(t, []byte(strings.Join(lines, "\n")+"\n"),
 		"-b", e.cluster.BrokerList(), "-P", "-t", e.requests, "-K", "\t", "-H", "origin=kcat", "-X", "topic.partitioner=murmur2_random")
 
 	e.resultsByID(len(reqs)) // wait until they are all there
-	out := kafkatest.Kcat(t, "-b", e.cluster.BrokerList(), "-C", "-t", e.results, "-o", "beginning", "-e", "-q",
+	out := turntest.Kcat(t, "-b", e.cluster.BrokerList(), "-C", "-t", e.results, "-o", "beginning", "-e", "-q",
 		"-f", "%k|%h|%s\n")
 	got := map[string]string{}
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
@@ -358,6 +358,10 @@ func TestRateLimitQuietsOtherPartitions(t *testing.T) {
 	require.NoError(t, err)
 	e.cluster.ProduceTo(t, e.requests, 0, opener.ConversationID, data, nil)
 	recv(t, first, "the first model call")
+	// The pause starts when the consumer sees the 429, a moment after the model returned it:
+	// produce the other partitions' work only then, or a record fetched in that moment
+	// rightly runs before the pause.
+	require.Eventually(t, func() bool { return m.c.Stats().Pauses >= 1 }, 10*time.Second, time.Millisecond)
 	var others []turn.Request
 	for p := int32(1); p < 3; p++ { // work for the partitions that saw no 429
 		r := request(fmt.Sprintf("rl-%d", p), "arrives during the pause")

@@ -11,15 +11,15 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/turnstile-go/turnstile/consumer"
-	"github.com/turnstile-go/turnstile/internal/embedkafka"
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // saramaConfig is the base of every Kafka client of the quickstart. Each call returns a fresh
 // config: a consumer group member needs its own (the cooperative-sticky strategy keeps state
 // per member), and the consumer copies it for its producer.
 func saramaConfig() *sarama.Config {
-	sc := embedkafka.Config()
+	sc := turntest.Config()
 	sc.ClientID = "turnstile-quickstart"
 	// The fetch long poll also delays a commit sent to the same broker: 100 ms keeps commits fast.
 	sc.Consumer.MaxWaitTime = 100 * time.Millisecond

@@ -11,8 +11,8 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/turnstile-go/turnstile/consumer"
-	"github.com/turnstile-go/turnstile/internal/embedkafka"
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // Topic names of the support inbox.
@@ -31,7 +31,7 @@ const MaxRecordBytes = 8 << 20
 // saramaConfig is the base config of every client; clientID names the member in the group's
 // description, so the program can tell which member holds which partition.
 func saramaConfig(clientID string) *sarama.Config {
-	sc := embedkafka.Config()
+	sc := turntest.Config()
 	sc.ClientID = clientID
 	sc.Consumer.MaxWaitTime = 100 * time.Millisecond
 	sc.Consumer.Group.Session.Timeout = 10 * time.Second

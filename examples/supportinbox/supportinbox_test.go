@@ -10,11 +10,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/turnstile-go/turnstile/internal/kafkatest"
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, kafkatest.LeakOptions()...) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, turntest.LeakOptions()...) }
 
 func TestSupportInbox(t *testing.T) {
 	t.Parallel()

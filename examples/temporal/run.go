@@ -20,9 +20,9 @@ import (
 	twf "go.temporal.io/sdk/workflow"
 
 	"github.com/turnstile-go/turnstile/consumer"
-	"github.com/turnstile-go/turnstile/internal/embedkafka"
 	"github.com/turnstile-go/turnstile/internal/temporaldev"
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turntest"
 	"github.com/turnstile-go/turnstile/workflow"
 )
 
@@ -62,7 +62,7 @@ func (w *world) close() {
 
 func setup(ctx context.Context) (*world, error) {
 	w := &world{}
-	kc, err := embedkafka.Start(embedkafka.Options{})
+	kc, err := turntest.Start(turntest.Options{})
 	if err != nil {
 		return nil, err
 	}
@@ -70,9 +70,9 @@ func setup(ctx context.Context) (*world, error) {
 	w.brokers = kc.Brokers()
 	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := embedkafka.CreateTopics(tctx, w.brokers, nil,
-		embedkafka.Topic{Name: RequestsTopic, Partitions: Partitions}, embedkafka.Topic{Name: ResultsTopic, Partitions: Partitions},
-		embedkafka.Topic{Name: DeadLetterTopic, Partitions: Partitions}); err != nil {
+	if _, err := turntest.CreateTopics(tctx, w.brokers, nil,
+		turntest.Topic{Name: RequestsTopic, Partitions: Partitions}, turntest.Topic{Name: ResultsTopic, Partitions: Partitions},
+		turntest.Topic{Name: DeadLetterTopic, Partitions: Partitions}); err != nil {
 		w.close()
 		return nil, err
 	}
@@ -206,7 +206,7 @@ func startMember(w *world, ledger workflow.Ledger, log *slog.Logger) (*member, e
 	if err != nil {
 		return nil, err
 	}
-	sc := embedkafka.Config()
+	sc := turntest.Config()
 	sc.Consumer.Interceptors = []sarama.ConsumerInterceptor{tap}
 	c, err := consumer.New(consumer.Config{
 		Brokers: w.brokers, GroupID: group, RequestsTopic: RequestsTopic, ResultsTopic: ResultsTopic,
@@ -300,7 +300,7 @@ func newWorkload(requests, conversations int) *workload {
 
 // produce sends the workload interleaved over conversations, keyed by conversation (murmur2).
 func produce(brokers []string, wl *workload) error {
-	sc := embedkafka.Config()
+	sc := turntest.Config()
 	sc.Producer.Return.Successes = true
 	sc.Producer.Partitioner = sarama.NewMurmur2Partitioner
 	p, err := sarama.NewSyncProducer(brokers, sc)
