@@ -1,6 +1,7 @@
 package turn
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -79,14 +80,14 @@ func (r *Runner) Validate() error {
 	return nil
 }
 
-func (r *Runner) app() string { return cmp(r.App, DefaultApp) }
+func (r *Runner) app() string { return cmp.Or(r.App, DefaultApp) }
 func (r *Runner) turnTimeout() time.Duration {
-	return cmp(r.TurnTimeout, DefaultTurnTimeout)
+	return cmp.Or(r.TurnTimeout, DefaultTurnTimeout)
 }
-func (r *Runner) historyLimit() int { return cmp(r.HistoryLimit, DefaultHistoryLimit) }
+func (r *Runner) historyLimit() int { return cmp.Or(r.HistoryLimit, DefaultHistoryLimit) }
 
 // Attempts returns the effective MaxAttempts.
-func (r *Runner) Attempts() int { return cmp(r.MaxAttempts, DefaultMaxAttempts) }
+func (r *Runner) Attempts() int { return cmp.Or(r.MaxAttempts, DefaultMaxAttempts) }
 func (r *Runner) logger() *slog.Logger {
 	if r.Logger != nil {
 		return r.Logger
@@ -98,15 +99,6 @@ func (r *Runner) now() time.Time {
 		return r.NowFunc()
 	}
 	return time.Now()
-}
-
-// cmp returns v, or def when v is the zero value.
-func cmp[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 // InboxKey returns the key under which req is recorded in the inbox: its request id scoped to
@@ -224,7 +216,7 @@ func (r *Runner) runTurn(ctx context.Context, req Request, attempt int, first bo
 	for i := range events {
 		e := &events[i]
 		e.ID, e.RequestID, e.Seq = eventID(req.ID, i), req.ID, 0
-		e.Author = cmp(e.Author, "assistant")
+		e.Author = cmp.Or(e.Author, "assistant")
 		if e.Time.IsZero() {
 			e.Time = now
 		}
