@@ -20,7 +20,7 @@ import (
 //   - turn.KindRateLimited: all partitions pause for turn.RetryDelay (capped exponential when
 //     repeated), then the request is tried again, with no attempt spent;
 //   - turn.KindUnavailable: retried after a backoff, with no attempt spent;
-//   - turn.KindCanceled: the turn was abandoned (revoke, shutdown): nothing is published or
+//   - turn.KindAbandoned: the turn was abandoned (revoke, shutdown): nothing is published or
 //     committed, and the record is read again by the partition's next owner.
 type Handler interface {
 	Handle(ctx context.Context, req turn.Request) (*turn.Result, error)

@@ -51,7 +51,7 @@ func (p *partition) process(r *record) (*outbound, bool) {
 	for {
 		probe, err := c.throttle.wait(p.waits, true)
 		if err != nil {
-			return p.giveUp(rl)
+			return p.abandonTurn(rl)
 		}
 		res, err := p.handle(ctx, req)
 		kind := turn.Classify(err)
@@ -60,7 +60,7 @@ func (p *partition) process(r *record) (*outbound, bool) {
 			c.throttle.endProbe(probe)
 		}
 		if aborted {
-			return p.giveUp(rl) // whatever the handler made of it
+			return p.abandonTurn(rl) // whatever the handler made of it
 		}
 		switch kind {
 		case turn.KindNone:
@@ -83,7 +83,7 @@ func (p *partition) process(r *record) (*outbound, bool) {
 		case turn.KindUnavailable:
 			rl.get().Warn("turn hit an unavailable dependency; retrying, no attempt spent", "err", err)
 			if !sleep(p.waits, bo.NextBackOff()) {
-				return p.giveUp(rl)
+				return p.abandonTurn(rl)
 			}
 		case turn.KindAttempt:
 			failures++
@@ -94,15 +94,15 @@ func (p *partition) process(r *record) (*outbound, bool) {
 			}
 			rl.get().Warn("turn attempt failed; retrying", "err", err, "failures", failures)
 			if !sleep(p.waits, bo.NextBackOff()) {
-				return p.giveUp(rl)
+				return p.abandonTurn(rl)
 			}
-		case turn.KindCanceled:
-			return p.giveUp(rl)
+		case turn.KindAbandoned:
+			return p.abandonTurn(rl)
 		}
 	}
 }
 
-func (p *partition) giveUp(rl *recordLog) (*outbound, bool) {
+func (p *partition) abandonTurn(rl *recordLog) (*outbound, bool) {
 	p.c.stats.abandoned.Add(1)
 	rl.get().Info("turn abandoned; the partition's next owner redoes it")
 	return nil, false

@@ -37,12 +37,18 @@ const (
 	// KindUnavailable: an infrastructure failure (a store unreachable, a version conflict with
 	// another writer); retry after a backoff. No attempt was spent.
 	KindUnavailable
-	// KindCanceled: the caller's context ended (shutdown, revoked partition): ErrAbandoned.
+	// KindAbandoned: the caller's context ended (shutdown, revoked partition): ErrAbandoned.
 	// The turn was abandoned, not failed, and no attempt was spent. Do not commit the record.
-	KindCanceled
+	KindAbandoned
 )
 
-// String returns the kind's name in lower case.
+// KindCanceled is the former name of KindAbandoned.
+//
+// Deprecated: use KindAbandoned.
+const KindCanceled = KindAbandoned
+
+// String returns the kind's name in lower case: "none", "attempt", "permanent",
+// "rate_limited", "unavailable" or "abandoned".
 func (k Kind) String() string {
 	switch k {
 	case KindNone:
@@ -55,8 +61,8 @@ func (k Kind) String() string {
 		return "rate_limited"
 	case KindUnavailable:
 		return "unavailable"
-	case KindCanceled:
-		return "canceled"
+	case KindAbandoned:
+		return "abandoned"
 	}
 	return fmt.Sprintf("Kind(%d)", int(k))
 }
@@ -174,7 +180,7 @@ func Classify(err error) Kind {
 	case errors.Is(err, ErrTurnTimeout):
 		return KindAttempt
 	case errors.Is(err, ErrAbandoned):
-		return KindCanceled
+		return KindAbandoned
 	case errors.As(err, &rt) && rt.Retryable(), errors.Is(err, session.ErrConflict):
 		return KindUnavailable
 	}

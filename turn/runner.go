@@ -123,7 +123,7 @@ func (r *Runner) Key(req Request) session.Key {
 //
 // On error, Classify(err) says what to do: KindPermanent errors are *DeadLetterError (the
 // request is marked dead; publish it to the dead-letter topic), KindAttempt errors were
-// counted, KindRateLimited, KindUnavailable and KindCanceled were not. A request in the session
+// counted, KindRateLimited, KindUnavailable and KindAbandoned were not. A request in the session
 // of another user fails with an error wrapping session.ErrOwnerMismatch and is dead-lettered
 // (G7). Run's errors wrap the store's and the model's, so errors.Is and errors.As see them.
 func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {

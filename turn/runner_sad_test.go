@@ -20,7 +20,7 @@ import (
 // A model whose own HTTP client times out (http.Client.Timeout, a per-call
 // context.WithTimeout, a driver timeout) returns an error that matches
 // context.DeadlineExceeded while the caller's context is still live. Before the fix the Runner classified
-// it KindCanceled and refunded the attempt, so the request never reached the dead-letter
+// it KindAbandoned and refunded the attempt, so the request never reached the dead-letter
 // topic however often it was delivered (G5), and the consumer abandoned its lane (see
 // consumer/sad_test.go).
 func TestModelOwnTimeoutIsAnAttempt(t *testing.T) {

@@ -411,7 +411,7 @@ func TestRateLimitAndCancelRefundAttempts(t *testing.T) {
 		return turn.Output{}, errors.New("connection closed")
 	})
 	_, err = b.runner.Run(canceled, req)
-	require.Equal(t, turn.KindCanceled, turn.Classify(err))
+	require.Equal(t, turn.KindAbandoned, turn.Classify(err))
 	entry, err = b.inbox.Get(ctx, b.runner.InboxKey(req))
 	require.NoError(t, err)
 	require.Zero(t, entry.Attempts, "an abandoned turn spends no attempt")
@@ -456,7 +456,7 @@ func TestClassify(t *testing.T) {
 		{fmt.Errorf("%w: %w", turn.ErrTurnTimeout, context.DeadlineExceeded), turn.KindAttempt},
 		{context.Canceled, turn.KindAttempt},
 		{fmt.Errorf("model: %w", context.DeadlineExceeded), turn.KindAttempt},
-		{fmt.Errorf("%w: %w", turn.ErrAbandoned, context.Canceled), turn.KindCanceled},
+		{fmt.Errorf("%w: %w", turn.ErrAbandoned, context.Canceled), turn.KindAbandoned},
 		{session.ErrConflict, turn.KindUnavailable},
 		{retryableErr{}, turn.KindUnavailable},
 		{turn.Unavailable(base), turn.KindUnavailable},
