@@ -134,7 +134,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
 		return Result{}, &DeadLetterError{RequestID: req.ID, Reason: err.Error(), Err: err}
 	}
 	entry, err := r.Inbox.Begin(ctx, inbox.Delivery{
-		RequestID: r.InboxKey(req), Conversation: req.ConversationID,
+		Key: r.InboxKey(req), Conversation: req.ConversationID,
 		Topic: req.Source.Topic, Partition: req.Source.Partition, Offset: req.Source.Offset,
 	})
 	if err != nil {

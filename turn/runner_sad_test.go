@@ -74,7 +74,7 @@ func TestEmptyStoredTurnIsAnErrorNotAPanic(t *testing.T) {
 	b := setup(t)
 	b.runner.Sessions = emptyFindTurn{b.sessions}
 	req := newRequest("c-empty-turn", "u-1", "hi")
-	_, err := b.inbox.Begin(context.Background(), inbox.Delivery{RequestID: b.runner.InboxKey(req)}) // an earlier delivery
+	_, err := b.inbox.Begin(context.Background(), inbox.Delivery{Key: b.runner.InboxKey(req)}) // an earlier delivery
 	require.NoError(t, err)
 	require.NotPanics(t, func() {
 		_, err = b.runner.Run(context.Background(), req)
@@ -90,7 +90,7 @@ func TestCrashLoopDeadLetterCountsRanAttempts(t *testing.T) {
 	ctx := context.Background()
 	req := newRequest("c-crashloop-count", "u-1", "kills the worker")
 	for range turn.DefaultMaxAttempts {
-		_, err := b.inbox.Begin(ctx, inbox.Delivery{RequestID: b.runner.InboxKey(req)})
+		_, err := b.inbox.Begin(ctx, inbox.Delivery{Key: b.runner.InboxKey(req)})
 		require.NoError(t, err)
 	}
 	_, err := b.runner.Run(ctx, req)

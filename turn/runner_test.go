@@ -364,7 +364,7 @@ func TestCrashLoopCountsAttempts(t *testing.T) {
 	ctx := context.Background()
 	req := newRequest("c-crashloop", "u-1", "kills the worker")
 	for range turn.DefaultMaxAttempts { // deliveries that died mid-turn: Begin, then nothing
-		_, err := b.inbox.Begin(ctx, inbox.Delivery{RequestID: b.runner.InboxKey(req)})
+		_, err := b.inbox.Begin(ctx, inbox.Delivery{Key: b.runner.InboxKey(req)})
 		require.NoError(t, err)
 	}
 	_, err := b.runner.Run(ctx, req)

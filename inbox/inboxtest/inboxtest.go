@@ -88,14 +88,14 @@ func randID(t *testing.T) string {
 
 func delivery(t *testing.T, offset int64) inbox.Delivery {
 	t.Helper()
-	return inbox.Delivery{RequestID: "req-" + randID(t), Conversation: "conv-" + randID(t), Topic: "requests", Partition: 3, Offset: offset}
+	return inbox.Delivery{Key: "req-" + randID(t), Conversation: "conv-" + randID(t), Topic: "requests", Partition: 3, Offset: offset}
 }
 
 func begin(t *testing.T, b inbox.Inbox, d inbox.Delivery) inbox.Entry {
 	t.Helper()
 	e, err := b.Begin(context.Background(), d)
 	require.NoError(t, err)
-	require.Equal(t, d.RequestID, e.RequestID)
+	require.Equal(t, d.Key, e.Key)
 	return e
 }
 
@@ -132,7 +132,7 @@ func testBeginNew(t *testing.T, b inbox.Inbox) {
 	requireRecentTime(t, e.CreatedAt, "CreatedAt")
 	requireRecentTime(t, e.UpdatedAt, "UpdatedAt")
 
-	got := getEntry(t, b, d.RequestID)
+	got := getEntry(t, b, d.Key)
 	require.Equal(t, inbox.StatusInProgress, got.Status, "StatusNew is never stored")
 	require.Equal(t, 1, got.Attempts)
 	require.Equal(t, d.Conversation, got.Conversation)
@@ -148,7 +148,7 @@ func testBeginAgain(t *testing.T, b inbox.Inbox) {
 		require.Equal(t, inbox.StatusInProgress, e.Status)
 		require.Equal(t, attempt, e.Attempts)
 		requireLocation(t, d, e)
-		requireLocation(t, d, getEntry(t, b, d.RequestID))
+		requireLocation(t, d, getEntry(t, b, d.Key))
 	}
 }
 
@@ -156,9 +156,9 @@ func testComplete(t *testing.T, b inbox.Inbox) {
 	ctx := context.Background()
 	d := delivery(t, 7)
 	begin(t, b, d)
-	require.NoError(t, b.Complete(ctx, d.RequestID, []byte(`{"answer":"42"}`)))
+	require.NoError(t, b.Complete(ctx, d.Key, []byte(`{"answer":"42"}`)))
 
-	got := getEntry(t, b, d.RequestID)
+	got := getEntry(t, b, d.Key)
 	require.Equal(t, inbox.StatusDone, got.Status)
 	require.Equal(t, `{"answer":"42"}`, string(got.Result))
 	require.Equal(t, 1, got.Attempts)
@@ -172,7 +172,7 @@ func testComplete(t *testing.T, b inbox.Inbox) {
 	require.Equal(t, `{"answer":"42"}`, string(e.Result))
 	require.Equal(t, 1, e.Attempts)
 	requireLocation(t, d, e)
-	require.Equal(t, 1, getEntry(t, b, d.RequestID).Attempts)
+	require.Equal(t, 1, getEntry(t, b, d.Key).Attempts)
 }
 
 func testCompleteTwice(t *testing.T, b inbox.Inbox) {
@@ -180,13 +180,13 @@ func testCompleteTwice(t *testing.T, b inbox.Inbox) {
 	d := delivery(t, 1)
 	begin(t, b, d)
 	result := []byte("first")
-	require.NoError(t, b.Complete(ctx, d.RequestID, result))
+	require.NoError(t, b.Complete(ctx, d.Key, result))
 	result[0] = 'X' // the inbox keeps its own copy
-	require.NoError(t, b.Complete(ctx, d.RequestID, []byte("second")), "completing a done entry is a no-op")
-	got := getEntry(t, b, d.RequestID)
+	require.NoError(t, b.Complete(ctx, d.Key, []byte("second")), "completing a done entry is a no-op")
+	got := getEntry(t, b, d.Key)
 	require.Equal(t, "first", string(got.Result))
 	got.Result[0] = 'Y'
-	require.Equal(t, "first", string(getEntry(t, b, d.RequestID).Result))
+	require.Equal(t, "first", string(getEntry(t, b, d.Key).Result))
 }
 
 func testFail(t *testing.T, b inbox.Inbox) {
@@ -194,14 +194,14 @@ func testFail(t *testing.T, b inbox.Inbox) {
 	d := delivery(t, 1)
 	begin(t, b, d)
 	begin(t, b, d)
-	require.NoError(t, b.Fail(ctx, d.RequestID, inbox.Failure{Reason: "model timed out"}))
-	got := getEntry(t, b, d.RequestID)
+	require.NoError(t, b.Fail(ctx, d.Key, inbox.Failure{Reason: "model timed out"}))
+	got := getEntry(t, b, d.Key)
 	require.Equal(t, "model timed out", got.Reason)
 	require.Equal(t, 2, got.Attempts, "a failure without refund keeps the attempt")
 	require.Equal(t, inbox.StatusInProgress, got.Status)
 
-	require.NoError(t, b.Fail(ctx, d.RequestID, inbox.Failure{Reason: "again"}))
-	require.Equal(t, "again", getEntry(t, b, d.RequestID).Reason, "the last failure's reason")
+	require.NoError(t, b.Fail(ctx, d.Key, inbox.Failure{Reason: "again"}))
+	require.Equal(t, "again", getEntry(t, b, d.Key).Reason, "the last failure's reason")
 
 	e := begin(t, b, d)
 	require.Equal(t, inbox.StatusInProgress, e.Status)
@@ -213,12 +213,12 @@ func testFailRefund(t *testing.T, b inbox.Inbox) {
 	d := delivery(t, 1)
 	begin(t, b, d)
 	begin(t, b, d)
-	require.NoError(t, b.Fail(ctx, d.RequestID, inbox.Failure{Reason: "rate limited", Refund: true}))
-	require.Equal(t, 1, getEntry(t, b, d.RequestID).Attempts)
-	require.NoError(t, b.Fail(ctx, d.RequestID, inbox.Failure{Reason: "rate limited", Refund: true}))
-	require.Equal(t, 0, getEntry(t, b, d.RequestID).Attempts)
-	require.NoError(t, b.Fail(ctx, d.RequestID, inbox.Failure{Reason: "store down", Refund: true}))
-	got := getEntry(t, b, d.RequestID)
+	require.NoError(t, b.Fail(ctx, d.Key, inbox.Failure{Reason: "rate limited", Refund: true}))
+	require.Equal(t, 1, getEntry(t, b, d.Key).Attempts)
+	require.NoError(t, b.Fail(ctx, d.Key, inbox.Failure{Reason: "rate limited", Refund: true}))
+	require.Equal(t, 0, getEntry(t, b, d.Key).Attempts)
+	require.NoError(t, b.Fail(ctx, d.Key, inbox.Failure{Reason: "store down", Refund: true}))
+	got := getEntry(t, b, d.Key)
 	require.Equal(t, 0, got.Attempts, "never below zero")
 	require.Equal(t, "store down", got.Reason)
 
@@ -231,9 +231,9 @@ func testFailOnDoneOrDead(t *testing.T, b inbox.Inbox) {
 	ctx := context.Background()
 	done := delivery(t, 1)
 	begin(t, b, done)
-	require.NoError(t, b.Complete(ctx, done.RequestID, []byte("ok")))
-	require.NoError(t, b.Fail(ctx, done.RequestID, inbox.Failure{Reason: "late failure", Refund: true}))
-	got := getEntry(t, b, done.RequestID)
+	require.NoError(t, b.Complete(ctx, done.Key, []byte("ok")))
+	require.NoError(t, b.Fail(ctx, done.Key, inbox.Failure{Reason: "late failure", Refund: true}))
+	got := getEntry(t, b, done.Key)
 	require.Equal(t, inbox.StatusDone, got.Status)
 	require.Equal(t, "ok", string(got.Result))
 	require.Equal(t, 1, got.Attempts)
@@ -241,9 +241,9 @@ func testFailOnDoneOrDead(t *testing.T, b inbox.Inbox) {
 
 	dead := delivery(t, 2)
 	begin(t, b, dead)
-	require.NoError(t, b.MarkDead(ctx, dead.RequestID, "poison"))
-	require.NoError(t, b.Fail(ctx, dead.RequestID, inbox.Failure{Reason: "late failure", Refund: true}))
-	got = getEntry(t, b, dead.RequestID)
+	require.NoError(t, b.MarkDead(ctx, dead.Key, "poison"))
+	require.NoError(t, b.Fail(ctx, dead.Key, inbox.Failure{Reason: "late failure", Refund: true}))
+	got = getEntry(t, b, dead.Key)
 	require.Equal(t, inbox.StatusDead, got.Status)
 	require.Equal(t, "poison", got.Reason)
 	require.Equal(t, 1, got.Attempts)
@@ -254,7 +254,7 @@ func testMarkDead(t *testing.T, b inbox.Inbox) {
 	d := delivery(t, 5)
 	begin(t, b, d)
 	begin(t, b, d)
-	require.NoError(t, b.MarkDead(ctx, d.RequestID, "too many attempts"))
+	require.NoError(t, b.MarkDead(ctx, d.Key, "too many attempts"))
 
 	again := d
 	again.Offset = 6
@@ -263,7 +263,7 @@ func testMarkDead(t *testing.T, b inbox.Inbox) {
 	require.Equal(t, "too many attempts", e.Reason)
 	require.Equal(t, 2, e.Attempts, "a dead entry counts no attempt")
 	require.Empty(t, e.Result)
-	got := getEntry(t, b, d.RequestID)
+	got := getEntry(t, b, d.Key)
 	require.Equal(t, inbox.StatusDead, got.Status)
 	require.Equal(t, 2, got.Attempts)
 }
@@ -272,9 +272,9 @@ func testMarkDeadOnDone(t *testing.T, b inbox.Inbox) {
 	ctx := context.Background()
 	d := delivery(t, 5)
 	begin(t, b, d)
-	require.NoError(t, b.Complete(ctx, d.RequestID, []byte("result")))
-	require.NoError(t, b.MarkDead(ctx, d.RequestID, "too late"))
-	got := getEntry(t, b, d.RequestID)
+	require.NoError(t, b.Complete(ctx, d.Key, []byte("result")))
+	require.NoError(t, b.MarkDead(ctx, d.Key, "too late"))
+	got := getEntry(t, b, d.Key)
 	require.Equal(t, inbox.StatusDone, got.Status, "a done entry stays done")
 	require.Equal(t, "result", string(got.Result))
 	require.Empty(t, got.Reason)
@@ -284,9 +284,9 @@ func testCompleteOnDead(t *testing.T, b inbox.Inbox) {
 	ctx := context.Background()
 	d := delivery(t, 5)
 	begin(t, b, d)
-	require.NoError(t, b.MarkDead(ctx, d.RequestID, "poison"))
-	require.ErrorIs(t, b.Complete(ctx, d.RequestID, []byte("zombie result")), inbox.ErrDead)
-	got := getEntry(t, b, d.RequestID)
+	require.NoError(t, b.MarkDead(ctx, d.Key, "poison"))
+	require.ErrorIs(t, b.Complete(ctx, d.Key, []byte("zombie result")), inbox.ErrDead)
+	got := getEntry(t, b, d.Key)
 	require.Equal(t, inbox.StatusDead, got.Status)
 	require.Empty(t, got.Result)
 	require.Equal(t, "poison", got.Reason)
@@ -318,12 +318,12 @@ func testIndependent(t *testing.T, b inbox.Inbox) {
 	d1, d2 := delivery(t, 1), delivery(t, 2)
 	begin(t, b, d1)
 	begin(t, b, d2)
-	require.NoError(t, b.Complete(ctx, d1.RequestID, []byte("one")))
+	require.NoError(t, b.Complete(ctx, d1.Key, []byte("one")))
 	e2 := begin(t, b, d2)
 	require.Equal(t, inbox.StatusInProgress, e2.Status)
 	require.Equal(t, 2, e2.Attempts)
 	require.Empty(t, e2.Result)
-	require.Equal(t, 1, getEntry(t, b, d1.RequestID).Attempts)
+	require.Equal(t, 1, getEntry(t, b, d1.Key).Attempts)
 }
 
 // testPurge: Purge deletes only done and dead entries last updated before the cutoff. The
@@ -334,26 +334,26 @@ func testPurge(t *testing.T, b inbox.Inbox) {
 	for _, d := range []inbox.Delivery{done, dead, inProgress, failed} {
 		begin(t, b, d)
 	}
-	require.NoError(t, b.Complete(ctx, done.RequestID, []byte("r")))
-	require.NoError(t, b.MarkDead(ctx, dead.RequestID, "poison"))
-	require.NoError(t, b.Fail(ctx, failed.RequestID, inbox.Failure{Reason: "x"}))
+	require.NoError(t, b.Complete(ctx, done.Key, []byte("r")))
+	require.NoError(t, b.MarkDead(ctx, dead.Key, "poison"))
+	require.NoError(t, b.Fail(ctx, failed.Key, inbox.Failure{Reason: "x"}))
 
 	n, err := b.Purge(ctx, time.Now().Add(-time.Hour))
 	require.NoError(t, err)
 	require.Zero(t, n, "nothing is older than an hour ago")
 	for _, d := range []inbox.Delivery{done, dead, inProgress, failed} {
-		getEntry(t, b, d.RequestID)
+		getEntry(t, b, d.Key)
 	}
 
 	n, err = b.Purge(ctx, time.Now().Add(time.Hour))
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n)
 	for _, d := range []inbox.Delivery{done, dead} {
-		_, err := b.Get(ctx, d.RequestID)
+		_, err := b.Get(ctx, d.Key)
 		require.ErrorIs(t, err, inbox.ErrNotFound)
 	}
-	require.Equal(t, inbox.StatusInProgress, getEntry(t, b, inProgress.RequestID).Status)
-	require.Equal(t, inbox.StatusInProgress, getEntry(t, b, failed.RequestID).Status)
+	require.Equal(t, inbox.StatusInProgress, getEntry(t, b, inProgress.Key).Status)
+	require.Equal(t, inbox.StatusInProgress, getEntry(t, b, failed.Key).Status)
 
 	n, err = b.Purge(ctx, time.Now().Add(time.Hour))
 	require.NoError(t, err)
@@ -375,11 +375,11 @@ func testPurgeMany(t *testing.T, b inbox.Inbox) {
 		begin(t, b, d)
 		switch i % 3 {
 		case 0:
-			require.NoError(t, b.Complete(ctx, d.RequestID, []byte("r")))
+			require.NoError(t, b.Complete(ctx, d.Key, []byte("r")))
 		case 1:
-			require.NoError(t, b.MarkDead(ctx, d.RequestID, "x"))
+			require.NoError(t, b.MarkDead(ctx, d.Key, "x"))
 		default:
-			keep = append(keep, d.RequestID)
+			keep = append(keep, d.Key)
 		}
 	}
 	purged, err := b.Purge(ctx, time.Now().Add(time.Hour))
@@ -397,8 +397,8 @@ func testConcurrentBegin(t *testing.T, b inbox.Inbox) {
 	d := delivery(t, 1)
 	entries, errs := beginConcurrently(b, []inbox.Delivery{d}, racers)
 	require.Empty(t, errs)
-	requireAttemptsOneToN(t, entries[d.RequestID], racers)
-	require.Equal(t, racers, getEntry(t, b, d.RequestID).Attempts)
+	requireAttemptsOneToN(t, entries[d.Key], racers)
+	require.Equal(t, racers, getEntry(t, b, d.Key).Attempts)
 }
 
 func testConcurrentRequests(t *testing.T, b inbox.Inbox) {
@@ -410,8 +410,8 @@ func testConcurrentRequests(t *testing.T, b inbox.Inbox) {
 	entries, errs := beginConcurrently(b, ds, racers)
 	require.Empty(t, errs)
 	for _, d := range ds {
-		requireAttemptsOneToN(t, entries[d.RequestID], racers)
-		require.Equal(t, racers, getEntry(t, b, d.RequestID).Attempts)
+		requireAttemptsOneToN(t, entries[d.Key], racers)
+		require.Equal(t, racers, getEntry(t, b, d.Key).Attempts)
 	}
 }
 
@@ -435,10 +435,10 @@ func beginConcurrently(b inbox.Inbox, ds []inbox.Delivery, perRequest int) (map[
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
-					errs = append(errs, fmt.Errorf("begin %s: %w", d.RequestID, err))
+					errs = append(errs, fmt.Errorf("begin %s: %w", d.Key, err))
 					return
 				}
-				entries[d.RequestID] = append(entries[d.RequestID], e)
+				entries[d.Key] = append(entries[d.Key], e)
 			}()
 		}
 	}
@@ -479,17 +479,17 @@ func testCancelledContext(t *testing.T, b inbox.Inbox) {
 	require.Error(t, err, "Begin")
 	_, err = b.Begin(ctx, d)
 	require.Error(t, err, "Begin of a known request")
-	require.Error(t, b.Complete(ctx, d.RequestID, []byte("r")), "Complete")
-	require.Error(t, b.Fail(ctx, d.RequestID, inbox.Failure{Reason: "x", Refund: true}), "Fail")
-	require.Error(t, b.MarkDead(ctx, d.RequestID, "x"), "MarkDead")
-	_, err = b.Get(ctx, d.RequestID)
+	require.Error(t, b.Complete(ctx, d.Key, []byte("r")), "Complete")
+	require.Error(t, b.Fail(ctx, d.Key, inbox.Failure{Reason: "x", Refund: true}), "Fail")
+	require.Error(t, b.MarkDead(ctx, d.Key, "x"), "MarkDead")
+	_, err = b.Get(ctx, d.Key)
 	require.Error(t, err, "Get")
 	_, err = b.Purge(ctx, time.Now().Add(time.Hour))
 	require.Error(t, err, "Purge")
 
-	_, err = b.Get(context.Background(), fresh.RequestID)
+	_, err = b.Get(context.Background(), fresh.Key)
 	require.True(t, errors.Is(err, inbox.ErrNotFound), "a cancelled Begin makes no entry: %v", err)
-	got := getEntry(t, b, d.RequestID)
+	got := getEntry(t, b, d.Key)
 	require.Equal(t, inbox.StatusInProgress, got.Status)
 	require.Equal(t, 1, got.Attempts)
 	require.Empty(t, got.Reason)
