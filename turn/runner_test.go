@@ -441,52 +441,7 @@ func TestRunnerValidate(t *testing.T) {
 	require.Equal(t, turn.KindPermanent, turn.Classify(err))
 }
 
-func TestClassify(t *testing.T) {
-	t.Parallel()
-	base := errors.New("x")
-	for _, tc := range []struct {
-		err  error
-		want turn.Kind
-	}{
-		{nil, turn.KindNone},
-		{base, turn.KindAttempt},
-		{turn.Permanent(base), turn.KindPermanent},
-		{fmt.Errorf("wrapped: %w", turn.Permanent(base)), turn.KindPermanent},
-		{turn.RetryAfter(time.Second, base), turn.KindRateLimited},
-		{fmt.Errorf("%w: %w", turn.ErrTurnTimeout, context.DeadlineExceeded), turn.KindAttempt},
-		{context.Canceled, turn.KindAttempt},
-		{fmt.Errorf("model: %w", context.DeadlineExceeded), turn.KindAttempt},
-		{fmt.Errorf("%w: %w", turn.ErrAbandoned, context.Canceled), turn.KindAbandoned},
-		{session.ErrConflict, turn.KindUnavailable},
-		{retryableErr{}, turn.KindUnavailable},
-		{turn.Unavailable(base), turn.KindUnavailable},
-		{session.ErrOwnerMismatch, turn.KindPermanent},
-		{&turn.DecodeError{Field: "text", Problem: "empty"}, turn.KindPermanent},
-	} {
-		require.Equal(t, tc.want, turn.Classify(tc.err), "%v", tc.err)
-	}
-	require.NoError(t, turn.Permanent(nil))
-	require.NoError(t, turn.RetryAfter(time.Second, nil))
-	require.NoError(t, turn.Unavailable(nil))
-}
-
 type retryableErr struct{}
 
 func (retryableErr) Error() string   { return "connection reset" }
 func (retryableErr) Retryable() bool { return true }
-
-func TestToolKey(t *testing.T) {
-	t.Parallel()
-	id := uuid.NewString()
-	k := turn.ToolKey(id, "refund")
-	require.Equal(t, k, turn.ToolKey(id, "refund"), "stable")
-	require.NotEqual(t, k, turn.ToolKey(id, "email"))
-	require.NotEqual(t, k, turn.ToolKey(uuid.NewString(), "refund"))
-	require.NotEqual(t, turn.ToolKey("a", "b\x00c"), turn.ToolKey("a\x00b", "c"))
-	parsed, err := uuid.Parse(k)
-	require.NoError(t, err)
-	require.Equal(t, uuid.Version(5), parsed.Version())
-	// A fixed vector (computed independently with Python uuid.uuid5), so that a change of derivation (which would re-run every side effect of
-	// requests in flight during an upgrade) fails here.
-	require.Equal(t, "03c03a32-076e-5c21-87b5-fd2a19ee6fc0", turn.ToolKey("6f1b7c1e-2d8f-4a53-9c1e-0f6f3a3c2b10", "refund"))
-}
