@@ -48,3 +48,15 @@ func TestConfigValidate(t *testing.T) {
 	defer cancel()
 	require.ErrorContains(t, c.Run(ctx), "consumer: connect to")
 }
+
+// Validate's message lists every problem, in the order of Config's fields, the same on every run.
+func TestConfigValidateOrder(t *testing.T) {
+	t.Parallel()
+	cfg := consumer.Config{MaxInFlight: -1, TurnTimeout: -time.Second, MaxPause: -time.Minute, Ordering: 7}
+	want := "consumer: invalid Config: Brokers: empty\nGroupID: empty\nRequestsTopic: empty\nResultsTopic: empty\n" +
+		"DeadLetterTopic: empty\nTurnTimeout: negative (-1s)\nOrdering: unknown (7)\nMaxInFlight: negative (-1)\n" +
+		"MaxPause: negative (-1m0s)"
+	for range 20 { // map iteration would differ within a few runs
+		require.EqualError(t, cfg.Validate(), want)
+	}
+}

@@ -102,10 +102,17 @@ type Consumer struct {
 }
 
 // New validates cfg, applies its defaults and returns a Consumer that serves records with h.
-// It opens no connection; Run does. Errors name the Config field at fault.
+// With RunnerHandler, cfg takes the Runner's MaxAttempts, TurnTimeout and Decoder, and a Config
+// that sets one of them to another value is refused (see RunnerHandler). It opens no
+// connection; Run does. Errors name the Config field at fault.
 func New(cfg Config, h Handler) (*Consumer, error) {
 	if h == nil {
 		return nil, errors.New("consumer: nil Handler")
+	}
+	if a, ok := h.(limitsAdopter); ok {
+		if err := a.adopt(&cfg); err != nil {
+			return nil, err
+		}
 	}
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {

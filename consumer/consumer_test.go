@@ -78,8 +78,9 @@ func TestCommittedOffsetAfterFiveRecords(t *testing.T) {
 func TestBadRecordsAreDeadLettered(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 1, 1)
-	// A small limit: the test producer, like most, refuses records over 1 MiB.
-	m := e.start(memberOpts{tune: func(cfg *consumer.Config) { cfg.Decoder.MaxTextBytes = 1000 }})
+	// A small limit: the test producer, like most, refuses records over 1 MiB. Set on the
+	// Runner, the consumer adopts it (RunnerHandler) and decodes records with it.
+	m := e.start(memberOpts{runner: func(r *turn.Runner) { r.Decoder.MaxTextBytes = 1000 }})
 	valid := request("c-bad", "a fine request")
 	good, err := valid.Encode()
 	require.NoError(t, err)

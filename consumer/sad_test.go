@@ -221,6 +221,9 @@ func TestConsumerTurnTimeoutSpendsAttempts(t *testing.T) {
 			return turn.Output{}, ctx.Err()
 		},
 		tune: func(cfg *consumer.Config) { cfg.TurnTimeout = 100 * time.Millisecond },
+		// A Handler of the host's around the Runner: the consumer's own TurnTimeout bounds it
+		// (RunnerHandler itself would refuse a TurnTimeout other than the Runner's).
+		wrap: func(h consumer.Handler) consumer.Handler { return consumer.HandlerFunc(h.Handle) },
 	})
 	req := request("c-consumer-timeout", "slow every time")
 	e.produce(req)

@@ -47,7 +47,7 @@ func (f *fleet) start() error {
 		Inbox:       f.stores.inbox,
 		App:         "quickstart",
 		TurnTimeout: 30 * time.Second,
-		MaxAttempts: consumer.DefaultMaxAttempts,
+		MaxAttempts: turn.DefaultMaxAttempts, // the consumer takes it from the Runner
 		Logger:      log,
 	}
 	c, err := consumer.New(consumer.Config{
@@ -56,7 +56,6 @@ func (f *fleet) start() error {
 		RequestsTopic:   RequestsTopic,
 		ResultsTopic:    ResultsTopic,
 		DeadLetterTopic: DeadLetterTopic,
-		MaxAttempts:     consumer.DefaultMaxAttempts,
 		RevokeGrace:     2 * time.Second,
 		ShutdownTimeout: 10 * time.Second,
 		CommitInterval:  250 * time.Millisecond,

@@ -33,8 +33,8 @@
 // emails must: the broker's message.max.bytes and the requests and dead-letter topics'
 // max.message.bytes (8 MiB plus headroom), sarama's Producer.MaxMessageBytes (MaxRecordBytes)
 // for the mail gateway's producer and for the members' results and dead-letter producer (via
-// consumer.Config.Sarama), and turn.Decoder.MaxTextBytes in both consumer.Config.Decoder and
-// turn.Runner.Decoder. Compressing the producer's batches (Producer.Compression) would shrink
+// consumer.Config.Sarama), and the Runner's Decoder.MaxTextBytes (the consumer decodes with the
+// Runner's Decoder). Compressing the producer's batches (Producer.Compression) would shrink
 // what the broker stores, a log compresses well, but not what sarama checks against
 // Producer.MaxMessageBytes, which is the uncompressed size; and many hosts would rather store
 // such attachments elsewhere and send a link.

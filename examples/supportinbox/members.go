@@ -56,7 +56,7 @@ func (f *fleet) start() (string, error) {
 	c, err := consumer.New(consumer.Config{
 		Brokers: f.brokers, GroupID: f.group,
 		RequestsTopic: RequestsTopic, ResultsTopic: ResultsTopic, DeadLetterTopic: DeadLetterTopic,
-		MaxAttempts: MaxAttempts,
+		// MaxAttempts, TurnTimeout and Decoder come from the Runner (RunnerHandler).
 		// Six partitions per member, each with one turn at a time.
 		MaxInFlight: 6,
 		RevokeGrace: 2 * time.Second,
@@ -65,9 +65,8 @@ func (f *fleet) start() (string, error) {
 		ShutdownTimeout: time.Second,
 		CommitInterval:  250 * time.Millisecond,
 		RetryBackoff:    100 * time.Millisecond, MaxRetryBackoff: time.Second,
-		Decoder: dec,
-		Sarama:  saramaConfig("support-" + name),
-		Logger:  log,
+		Sarama: saramaConfig("support-" + name),
+		Logger: log,
 	}, consumer.RunnerHandler(runner))
 	if err != nil {
 		return "", err
