@@ -29,7 +29,7 @@ const (
 
 // Runner runs one turn idempotently: the same request run any number of times, on any
 // workers, after any crash, adds its turn to the session once and yields one Result.
-// See docs/DESIGN.md, "One turn, direct mode", for the steps and the crash table.
+// The package doc has the steps of a turn and where a crash can land.
 //
 // When Sessions implements session.TxAppender and Inbox implements inbox.TxCompleter on the
 // same *sql.DB (session/sqlsession and inbox/sqlinbox built on one *sql.DB do), the session
