@@ -38,8 +38,7 @@ func ExampleHandlerFunc() {
 	fmt.Println(turn.Classify(err), err)
 	req.Metadata = map[string]string{"tenant": "acme"}
 	res, err := h.Handle(context.Background(), req)
-	fmt.Println(turn.Classify(err), res.Text)
-	// consumer.New(cfg, h) serves records with it.
+	fmt.Println(turn.Classify(err), res.Text) // consumer.New(cfg, h) serves records with h
 	// Output:
 	// permanent permanent: no tenant in metadata
 	// none hello, acme
