@@ -248,6 +248,9 @@ func (c *Config) groupConfig() *sarama.Config {
 	if sc.Consumer.Fetch.Default == def.Consumer.Fetch.Default {
 		sc.Consumer.Fetch.Default = int32(max(16<<10, min(c.MaxBuffered*128, int(def.Consumer.Fetch.Default))))
 	}
+	if sc.Consumer.MaxWaitTime == def.Consumer.MaxWaitTime {
+		sc.Consumer.MaxWaitTime = resumeFetchWait
+	}
 	strategies := sc.Consumer.Group.Rebalance.GroupStrategies
 	if len(strategies) == 0 || (len(strategies) == 1 && (strategies[0].Name() == sarama.RangeBalanceStrategyName ||
 		strategies[0].Name() == sarama.CooperativeStickyBalanceStrategyName)) {
@@ -284,3 +287,11 @@ func (c *Config) base() *sarama.Config {
 	cp := *c.Sarama
 	return &cp
 }
+
+// resumeFetchWait is the fetch long-poll (sarama's Consumer.MaxWaitTime, Kafka's
+// fetch.max.wait.ms) when the user left sarama's 500 ms: a partition resumed after a
+// backpressure pause is fetched only in the broker consumer's next fetch request, which waits
+// for the one in flight, and that one waits up to MaxWaitTime when the partitions it asks for
+// have nothing new. A shorter long-poll bounds that stall at the cost of more empty fetches on
+// an idle topic.
+var resumeFetchWait = 100 * time.Millisecond

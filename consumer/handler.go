@@ -52,11 +52,23 @@ func RunnerHandler(r *turn.Runner) Handler { return runnerHandler{r} }
 type runnerHandler struct{ r *turn.Runner }
 
 func (h runnerHandler) Handle(ctx context.Context, req turn.Request) (*turn.Result, error) {
-	res, err := h.r.Run(ctx, req)
+	res, _, err := h.handleEncoded(ctx, req)
+	return res, err
+}
+
+// handleEncoded is Handle that also returns the Result's encoding when the Runner has it, so
+// that the result record's value is not encoded a second time.
+func (h runnerHandler) handleEncoded(ctx context.Context, req turn.Request) (*turn.Result, []byte, error) {
+	res, data, err := h.r.RunEncoded(ctx, req)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return &res, nil
+	return &res, data, nil
+}
+
+// encodingHandler is a Handler that can return its Result already encoded (nil when not).
+type encodingHandler interface {
+	handleEncoded(ctx context.Context, req turn.Request) (*turn.Result, []byte, error)
 }
 
 // adopt sets cfg's turn limits from the Runner's and refuses a Config that disagrees with them.

@@ -53,7 +53,7 @@ func (p *partition) process(r *record) (*outbound, bool) {
 		if err != nil {
 			return p.abandonTurn(rl)
 		}
-		res, err := p.handle(ctx, req)
+		res, encoded, err := p.handle(ctx, req)
 		kind := turn.Classify(err)
 		aborted := err != nil && ctx.Err() != nil // revoked or shut down mid-turn
 		if aborted || (kind != turn.KindNone && kind != turn.KindRateLimited) {
@@ -66,7 +66,7 @@ func (p *partition) process(r *record) (*outbound, bool) {
 		case turn.KindNone:
 			c.throttle.succeeded()
 			c.stats.turns.Add(1)
-			return p.result(r, &req, res, rl), true
+			return p.result(r, &req, res, encoded, rl), true
 		case turn.KindPermanent:
 			reason, attempts := err.Error(), failures+1
 			var dle *turn.DeadLetterError
@@ -108,19 +108,27 @@ func (p *partition) abandonTurn(rl *recordLog) (*outbound, bool) {
 	return nil, false
 }
 
-// handle calls the Handler with the optional TurnTimeout.
-func (p *partition) handle(ctx context.Context, req turn.Request) (*turn.Result, error) {
-	d := p.c.cfg.TurnTimeout
-	if d <= 0 {
-		return p.c.h.Handle(ctx, req)
+// handle calls the Handler with the optional TurnTimeout. It returns the Result's encoding
+// too when the Handler has it (the Runner's), else nil.
+func (p *partition) handle(ctx context.Context, req turn.Request) (*turn.Result, []byte, error) {
+	if d := p.c.cfg.TurnTimeout; d > 0 {
+		hctx, cancel := context.WithTimeoutCause(ctx, d, turn.ErrTurnTimeout)
+		defer cancel()
+		res, encoded, err := p.call(hctx, req)
+		if err != nil && ctx.Err() == nil && errors.Is(context.Cause(hctx), turn.ErrTurnTimeout) {
+			err = fmt.Errorf("%w (%s): %w", turn.ErrTurnTimeout, d, err)
+		}
+		return res, encoded, err
 	}
-	hctx, cancel := context.WithTimeoutCause(ctx, d, turn.ErrTurnTimeout)
-	defer cancel()
-	res, err := p.c.h.Handle(hctx, req)
-	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(hctx), turn.ErrTurnTimeout) {
-		err = fmt.Errorf("%w (%s): %w", turn.ErrTurnTimeout, d, err)
+	return p.call(ctx, req)
+}
+
+func (p *partition) call(ctx context.Context, req turn.Request) (*turn.Result, []byte, error) {
+	if eh, ok := p.c.h.(encodingHandler); ok {
+		return eh.handleEncoded(ctx, req)
 	}
-	return res, err
+	res, err := p.c.h.Handle(ctx, req)
+	return res, nil, err
 }
 
 // decode turns a record into a request: a valid envelope whose conversation id is the key.
@@ -140,12 +148,16 @@ func (p *partition) decode(msg *sarama.ConsumerMessage) (turn.Request, error) {
 }
 
 // result builds the result record of a turn, or returns nil when the Handler publishes
-// nothing. A Result that does not encode (a bug, not the record's fault) is dead-lettered.
-func (p *partition) result(r *record, req *turn.Request, res *turn.Result, rl *recordLog) *outbound {
+// nothing; encoded, when not nil, is res encoded by the Handler. A Result that does not encode
+// (a bug, not the record's fault) is dead-lettered.
+func (p *partition) result(r *record, req *turn.Request, res *turn.Result, encoded []byte, rl *recordLog) *outbound {
 	if res == nil {
 		return nil
 	}
-	value, err := json.Marshal(res)
+	value, err := encoded, error(nil)
+	if value == nil {
+		value, err = json.Marshal(res)
+	}
 	if err != nil {
 		rl.get().Error("result does not encode", "err", err)
 		return p.deadLetter(r, req, "result does not encode", err, res.Attempt)

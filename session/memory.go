@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/maphash"
-	"slices"
 	"sync"
 	"time"
 )
@@ -16,7 +15,9 @@ import (
 // workers. The zero value is not usable; call NewMemoryStore.
 //
 // Sessions are spread over shards by a hash of the conversation (hash/maphash), each with its
-// own lock, so that turns of different conversations do not queue on one mutex.
+// own lock, so that turns of different conversations do not queue on one mutex. It copies
+// what it is given, and shares what it returns (the Store contract makes that read-only): Get
+// costs the same whatever the history limit, with no copy of the events.
 type MemoryStore struct {
 	shards [memShards]storeShard
 	seed   maphash.Seed
@@ -79,24 +80,28 @@ func (sh *storeShard) lookup(key Key) (*memSession, error) {
 func (m *memSession) snapshot(key Key, recent int) Session {
 	out := Session{
 		Key:        key,
-		State:      bytes.Clone(m.state),
+		State:      m.state, // replaced on Append, never written in place: shared, read-only
 		EventCount: int64(len(m.events)),
 		Version:    m.version,
 		CreatedAt:  m.createdAt,
 		UpdatedAt:  m.updatedAt,
 	}
 	if recent > 0 {
-		out.Events = cloneEvents(m.events[max(0, len(m.events)-recent):])
+		out.Events = shared(m.events, len(m.events)-recent, len(m.events))
 	}
 	return out
 }
 
-func cloneEvents(in []Event) []Event {
-	out := slices.Clone(in)
-	for i := range out {
-		out[i].Data = bytes.Clone(out[i].Data)
+// shared returns events[from:to] (from clipped at 0) for a caller to read: appended events
+// are never written again (Append only adds after them, and a new array when it grows keeps
+// the old one intact), and the capacity is cut at to, so that a caller appending to what it
+// got makes its own array. Store's contract makes what a Store returns read-only.
+func shared(events []Event, from, to int) []Event {
+	from = max(0, from)
+	if from >= to {
+		return nil
 	}
-	return out
+	return events[from:to:to]
 }
 
 // Get implements Store.
@@ -110,17 +115,8 @@ func (s *MemoryStore) Get(ctx context.Context, key Key, recent int) (Session, er
 		sh.mu.Unlock()
 		return Session{}, err
 	}
-	out := m.snapshot(key, 0)
-	var recentEvents []Event
-	if recent > 0 {
-		// Appended events are never written again (Append only adds after them), so the
-		// copy can be made outside the shard's lock.
-		recentEvents = m.events[max(0, len(m.events)-recent):len(m.events):len(m.events)]
-	}
+	out := m.snapshot(key, recent)
 	sh.mu.Unlock()
-	if len(recentEvents) > 0 {
-		out.Events = cloneEvents(recentEvents)
-	}
 	return out, nil
 }
 
@@ -164,7 +160,7 @@ func (s *MemoryStore) Append(ctx context.Context, key Key, expectedVersion int64
 		return Appended{}, fmt.Errorf("%w: session %s is at version %d, not %d", ErrConflict, key, m.version, expectedVersion)
 	}
 	if r, ok := m.turns[t.RequestID]; ok {
-		return Appended{Version: m.version, Events: cloneEvents(m.events[r[0]:r[1]]), Duplicate: true}, nil
+		return Appended{Version: m.version, Events: shared(m.events, r[0], r[1]), Duplicate: true}, nil
 	}
 	first := len(m.events)
 	for _, e := range t.Events {
@@ -179,7 +175,7 @@ func (s *MemoryStore) Append(ctx context.Context, key Key, expectedVersion int64
 	}
 	m.version++
 	m.updatedAt = s.now().UTC()
-	return Appended{Version: m.version, Events: cloneEvents(m.events[first:])}, nil
+	return Appended{Version: m.version, Events: shared(m.events, first, len(m.events))}, nil
 }
 
 // FindTurn implements Store.
@@ -200,7 +196,7 @@ func (s *MemoryStore) FindTurn(ctx context.Context, key Key, requestID string) (
 	if !ok {
 		return nil, fmt.Errorf("%w: no turn of request %s in session %s", ErrNotFound, requestID, key)
 	}
-	return cloneEvents(m.events[r[0]:r[1]]), nil
+	return shared(m.events, r[0], r[1]), nil
 }
 
 // Delete implements Store.

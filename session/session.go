@@ -158,6 +158,13 @@ type Appended struct {
 // for concurrent use by many goroutines and processes. Infrastructure failures (a lost
 // connection, a busy database) come back wrapped; implementations should make them satisfy
 // `interface{ Retryable() bool }` so callers can retry them without counting a failed attempt.
+//
+// What a Store is given is its own copy once the call returns: it never keeps the caller's
+// slices. What it returns (Session.State, Session.Events, Appended.Events, FindTurn's events,
+// and their Data) is for the caller to read and must not be changed in place: a Store may
+// share it with other callers and with itself, as MemoryStore does to keep Get free of
+// copies. A caller that wants to change an event copies it first; appending to a returned
+// slice is safe (a Store cuts its capacity). The conformance suite checks both directions.
 type Store interface {
 	// Get returns the session with at most recent events (the newest ones, oldest first;
 	// recent <= 0 returns none). Its cost must not grow with the length of the history.

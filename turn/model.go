@@ -32,7 +32,8 @@ type Input struct {
 	Request Request
 	// Session is the conversation before this turn: its state and at most the Runner's
 	// HistoryLimit most recent events, oldest first. The user's message of this request is
-	// not in it; it is Request.Text.
+	// not in it; it is Request.Text. It is read-only: the Store may share its events and
+	// state with other turns (session.Store's contract), so copy an event before changing it.
 	Session session.Session
 	// Attempt is the 1-based attempt number the inbox counted for this request.
 	Attempt int

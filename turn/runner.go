@@ -127,29 +127,40 @@ func (r *Runner) Key(req Request) session.Key {
 // of another user fails with an error wrapping session.ErrOwnerMismatch and is dead-lettered
 // (G7). Run's errors wrap the store's and the model's, so errors.Is and errors.As see them.
 func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
+	res, _, err := r.RunEncoded(ctx, req)
+	return res, err
+}
+
+// RunEncoded is Run that also returns the Result's JSON encoding: the bytes json.Marshal makes
+// of it, which the Runner stores in the inbox anyway, so that a caller publishing the Result
+// (the consumer) need not encode it a second time. The encoding is nil when Run's error is not
+// nil and when the Result was replayed from the inbox (encode it then; a store may have
+// reformatted the JSON it kept, as PostgreSQL's jsonb does). Errors are Run's.
+func (r *Runner) RunEncoded(ctx context.Context, req Request) (Result, []byte, error) {
 	if err := r.Validate(); err != nil {
-		return Result{}, err
+		return Result{}, nil, err
 	}
 	if err := r.Decoder.Validate(req); err != nil {
-		return Result{}, &DeadLetterError{RequestID: req.ID, Reason: err.Error(), Err: err}
+		return Result{}, nil, &DeadLetterError{RequestID: req.ID, Reason: err.Error(), Err: err}
 	}
+	ikey := r.InboxKey(req)
 	entry, err := r.Inbox.Begin(ctx, inbox.Delivery{
-		Key: r.InboxKey(req), Conversation: req.ConversationID,
+		Key: ikey, Conversation: req.ConversationID,
 		Topic: req.Source.Topic, Partition: req.Source.Partition, Offset: req.Source.Offset,
 	})
 	if err != nil {
-		return Result{}, abandonedIf(ctx, fmt.Errorf("turn %s: inbox begin: %w", req.ID, err))
+		return Result{}, nil, abandonedIf(ctx, fmt.Errorf("turn %s: inbox begin: %w", req.ID, err))
 	}
 	switch {
 	case entry.Status == inbox.StatusDone:
 		res, err := DecodeResult(entry.Result)
 		if err != nil {
-			return Result{}, r.deadLetter(ctx, req, entry.Attempts, "stored result unreadable", Permanent(err))
+			return Result{}, nil, r.deadLetter(ctx, req, entry.Attempts, "stored result unreadable", Permanent(err))
 		}
 		res.Replayed, res.Attempt = true, entry.Attempts
-		return res, nil
+		return res, nil, nil
 	case entry.Status == inbox.StatusDead:
-		return Result{}, &DeadLetterError{RequestID: req.ID, Reason: entry.Reason, Attempts: entry.Attempts}
+		return Result{}, nil, &DeadLetterError{RequestID: req.ID, Reason: entry.Reason, Attempts: entry.Attempts}
 	case entry.Attempts > r.Attempts():
 		// The earlier deliveries crashed or failed without dead-lettering (G5: crash loops
 		// count). This one was counted by Begin but runs nothing.
@@ -157,37 +168,38 @@ func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
 		if entry.Reason != "" {
 			reason += "; last error: " + entry.Reason
 		}
-		return Result{}, r.deadLetter(ctx, req, entry.Attempts-1, reason, nil)
+		return Result{}, nil, r.deadLetter(ctx, req, entry.Attempts-1, reason, nil)
 	}
-	res, err := r.attempt(ctx, req, entry.Attempts, entry.Status == inbox.StatusNew)
+	res, data, err := r.attempt(ctx, req, ikey, entry.Attempts, entry.Status == inbox.StatusNew)
 	if err != nil {
-		return Result{}, r.failed(ctx, req, entry.Attempts, err)
+		return Result{}, nil, r.failed(ctx, req, entry.Attempts, err)
 	}
 	res.Attempt = entry.Attempts
-	return res, nil
+	return res, data, nil
 }
 
 // attempt runs the turn once under the whole-turn deadline.
-func (r *Runner) attempt(ctx context.Context, req Request, attempt int, first bool) (Result, error) {
+// It returns the Result and its encoding; ikey is req's InboxKey.
+func (r *Runner) attempt(ctx context.Context, req Request, ikey string, attempt int, first bool) (Result, []byte, error) {
 	tctx, cancel := context.WithTimeoutCause(ctx, r.turnTimeout(), ErrTurnTimeout)
 	defer cancel()
-	res, err := r.runTurn(tctx, req, attempt, first)
+	res, data, err := r.runTurn(tctx, req, ikey, attempt, first)
 	switch {
 	case err == nil:
-		return res, nil
+		return res, data, nil
 	case errors.Is(context.Cause(tctx), ErrTurnTimeout):
 		// This Runner's deadline, or the caller's when it is a whole-turn deadline too (the
 		// consumer's Config.TurnTimeout): a failed attempt.
-		return Result{}, fmt.Errorf("%w (%s): %w", ErrTurnTimeout, r.turnTimeout(), err)
+		return Result{}, nil, fmt.Errorf("%w (%s): %w", ErrTurnTimeout, r.turnTimeout(), err)
 	}
-	return Result{}, abandonedIf(ctx, err)
+	return Result{}, nil, abandonedIf(ctx, err)
 }
 
-func (r *Runner) runTurn(ctx context.Context, req Request, attempt int, first bool) (Result, error) {
+func (r *Runner) runTurn(ctx context.Context, req Request, ikey string, attempt int, first bool) (Result, []byte, error) {
 	key := r.Key(req)
 	sess, err := r.getOrCreate(ctx, key)
 	if err != nil {
-		return Result{}, err
+		return Result{}, nil, err
 	}
 	if !first {
 		// An earlier delivery may have appended the turn and crashed (or failed to reach the
@@ -195,17 +207,17 @@ func (r *Runner) runTurn(ctx context.Context, req Request, attempt int, first bo
 		stored, err := r.Sessions.FindTurn(ctx, key, req.ID)
 		switch {
 		case err == nil:
-			return r.complete(ctx, req, stored)
+			return r.complete(ctx, req, ikey, stored)
 		case !errors.Is(err, session.ErrNotFound):
-			return Result{}, fmt.Errorf("session find turn: %w", err)
+			return Result{}, nil, fmt.Errorf("session find turn: %w", err)
 		}
 	}
 	out, err := r.respond(ctx, Input{Request: req, Session: sess, Attempt: attempt})
 	if err != nil {
-		return Result{}, fmt.Errorf("model: %w", err)
+		return Result{}, nil, fmt.Errorf("model: %w", err)
 	}
 	if len(out.Events) == 0 {
-		return Result{}, errors.New("model: returned no events")
+		return Result{}, nil, errors.New("model: returned no events")
 	}
 	events := make([]session.Event, 0, len(out.Events)+1)
 	events = append(events, session.Event{Author: "user", Text: req.Text})
@@ -224,13 +236,13 @@ func (r *Runner) runTurn(ctx context.Context, req Request, attempt int, first bo
 	}
 	t := session.Turn{RequestID: req.ID, Events: events, State: out.State}
 	if sessions, ib, ok := r.joint(); ok {
-		return r.appendAndComplete(ctx, req, key, sess.Version, t, sessions, ib)
+		return r.appendAndComplete(ctx, req, ikey, key, sess.Version, t, sessions, ib)
 	}
 	appended, err := r.Sessions.Append(ctx, key, sess.Version, t)
 	if err != nil {
-		return Result{}, fmt.Errorf("session append at version %d: %w", sess.Version, err)
+		return Result{}, nil, fmt.Errorf("session append at version %d: %w", sess.Version, err)
 	}
-	return r.complete(ctx, req, appended.Events)
+	return r.complete(ctx, req, ikey, appended.Events)
 }
 
 // CheckConcurrency reports whether the Runner's stores can serve n turns at once (the
@@ -274,19 +286,19 @@ func (r *Runner) joint() (session.TxAppender, inbox.TxCompleter, bool) {
 // appendAndComplete appends the turn and completes the request in one transaction, so that no
 // crash falls between the two (one commit instead of two). A duplicate turn, which AppendTx
 // does not join, is completed as on the separate path.
-func (r *Runner) appendAndComplete(ctx context.Context, req Request, key session.Key, version int64, t session.Turn,
-	sessions session.TxAppender, ib inbox.TxCompleter) (Result, error) {
+func (r *Runner) appendAndComplete(ctx context.Context, req Request, ikey string, key session.Key, version int64, t session.Turn,
+	sessions session.TxAppender, ib inbox.TxCompleter) (Result, []byte, error) {
 	var (
 		res    Result
+		data   []byte
 		joined bool
 	)
 	appended, err := sessions.AppendTx(ctx, key, version, t, func(ctx context.Context, tx session.SQLTx, stored []session.Event) error {
-		var data []byte
 		var err error
 		if res, data, err = r.result(req, stored); err != nil {
 			return err
 		}
-		if err := ib.CompleteTx(ctx, tx, r.InboxKey(req), data); err != nil {
+		if err := ib.CompleteTx(ctx, tx, ikey, data); err != nil {
 			return fmt.Errorf("inbox complete: %w", err)
 		}
 		joined = true
@@ -294,13 +306,13 @@ func (r *Runner) appendAndComplete(ctx context.Context, req Request, key session
 	})
 	switch {
 	case err != nil:
-		return Result{}, fmt.Errorf("session append with inbox complete at version %d: %w", version, err)
+		return Result{}, nil, fmt.Errorf("session append with inbox complete at version %d: %w", version, err)
 	case appended.Duplicate:
-		return r.complete(ctx, req, appended.Events)
+		return r.complete(ctx, req, ikey, appended.Events)
 	case !joined: // a Store that breaks its contract; never return a result not stored
-		return Result{}, errors.New("session store appended the turn without the inbox completion")
+		return Result{}, nil, errors.New("session store appended the turn without the inbox completion")
 	}
-	return res, nil
+	return res, data, nil
 }
 
 // respond calls the model and returns when it does or when ctx ends, whichever is first: a
@@ -361,16 +373,17 @@ func abandonedIf(ctx context.Context, err error) error {
 	return fmt.Errorf("%w: %w: %w", ErrAbandoned, context.Cause(ctx), err)
 }
 
-// complete builds the Result from the stored turn and stores it in the inbox.
-func (r *Runner) complete(ctx context.Context, req Request, stored []session.Event) (Result, error) {
+// complete builds the Result from the stored turn and stores it in the inbox under ikey, req's
+// InboxKey. It returns the Result and its encoding.
+func (r *Runner) complete(ctx context.Context, req Request, ikey string, stored []session.Event) (Result, []byte, error) {
 	res, data, err := r.result(req, stored)
 	if err != nil {
-		return Result{}, err
+		return Result{}, nil, err
 	}
-	if err := r.Inbox.Complete(ctx, r.InboxKey(req), data); err != nil {
-		return Result{}, fmt.Errorf("inbox complete: %w", err)
+	if err := r.Inbox.Complete(ctx, ikey, data); err != nil {
+		return Result{}, nil, fmt.Errorf("inbox complete: %w", err)
 	}
-	return res, nil
+	return res, data, nil
 }
 
 // result builds the Result of req from its stored turn, and its encoding for the inbox.

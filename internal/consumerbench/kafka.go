@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -156,6 +157,7 @@ func runRaw(ctx context.Context, brokers []string, requests, results string, n i
 		producer.Close()
 		return 0, err
 	}
+	cpuStart := cpuTime()
 	cctx, cancel := context.WithCancel(ctx)
 	var gwg sync.WaitGroup
 	gwg.Go(func() {
@@ -166,6 +168,11 @@ func runRaw(ctx context.Context, brokers []string, requests, results string, n i
 		}
 	})
 	end := <-finished
+	if os.Getenv("CONSUMERBENCH_DEBUG") != "" {
+		elapsed := end.Sub(time.Unix(0, h.started.Load()))
+		fmt.Fprintf(os.Stderr, "raw: %v, %.2f cores, %.1f µs of CPU per record\n", elapsed,
+			(cpuTime()-cpuStart).Seconds()/elapsed.Seconds(), float64((cpuTime()-cpuStart).Microseconds())/float64(n))
+	}
 	cancel()
 	gwg.Wait()
 	group.Close()

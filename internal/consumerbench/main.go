@@ -13,9 +13,11 @@
 // commits every 100 ms. No figure here is asserted by a test; the machine is shared.
 //
 // For looking into a figure: -tune overrides the members' Config sizes, -cpuprofile,
-// -memprofile and -blockprofile write profiles, CONSUMERBENCH_DEBUG=1 logs at info level and
+// -memprofile and -blockprofile write profiles, -trace an execution trace, CONSUMERBENCH_DEBUG=1 logs at info level and
 // prints the cores turnstile used during its run, and CONSUMERBENCH_BARE=1 replaces the
 // Runner with a Handler that returns a fixed Result (the engine alone, no stores).
+// CONSUMERBENCH_ONLY=turnstile (or raw) runs one side of -scenario overhead, for a profile of
+// that side alone; its ratio is then meaningless.
 package main
 
 import (
@@ -29,6 +31,7 @@ import (
 
 	"github.com/turnstile-go/turnstile/consumer"
 	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 	"time"
 )
@@ -61,6 +64,7 @@ func main() {
 	flag.StringVar(&o.memPartitions, "memory-partitions", "12,48", "partition counts for -scenario memory")
 	flag.BoolVar(&o.brokerMode, "broker", false, "internal: run as the broker process of -scenario memory")
 	flag.StringVar(&o.backlogTopic, "backlog-topic", "", "internal: topic the broker process fills")
+	traceFile := flag.String("trace", "", "write an execution trace of the run to this file (go tool trace -pprof=sched|sync|net)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	memprofile := flag.String("memprofile", "", "write an allocation profile of the run to this file")
 	blockprofile := flag.String("blockprofile", "", "write blocking and mutex profiles of the run to this file name plus .block and .mutex")
@@ -107,6 +111,18 @@ func main() {
 		defer pprof.StopCPUProfile()
 	}
 
+	if *traceFile != "" {
+		f, err := os.Create(*traceFile)
+		if err == nil {
+			err = trace.Start(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "consumerbench:", err)
+			os.Exit(1)
+		}
+		defer trace.Stop()
+	}
+
 	ctx := context.Background()
 	var err error
 	switch {
@@ -131,6 +147,7 @@ func main() {
 	}
 	if err != nil {
 		pprof.StopCPUProfile()
+		trace.Stop()
 		fmt.Fprintln(os.Stderr, "consumerbench:", err)
 		os.Exit(1)
 	}

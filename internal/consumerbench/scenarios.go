@@ -64,7 +64,8 @@ func runTurnstile(ctx context.Context, brokers []string, requests, results strin
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- c.Run(cctx) }()
-	var start time.Time
+	var start, lastProgress time.Time
+	progress := os.Getenv("CONSUMERBENCH_PROGRESS") != ""
 	cpuStart := cpuTime()
 	for {
 		st := c.Stats()
@@ -77,6 +78,10 @@ func runTurnstile(ctx context.Context, brokers []string, requests, results strin
 		if st.Records >= int64(n) {
 			break
 		}
+		if progress && !start.IsZero() && time.Since(lastProgress) >= 100*time.Millisecond {
+			lastProgress = time.Now()
+			fmt.Fprintf(os.Stderr, "%6.2fs records %d turns %d peak %d\n", time.Since(start).Seconds(), st.Records, st.Turns, st.PeakBuffered)
+		}
 		select {
 		case err := <-done:
 			cancel()
@@ -86,7 +91,8 @@ func runTurnstile(ctx context.Context, brokers []string, requests, results strin
 	}
 	elapsed := time.Since(start)
 	if os.Getenv("CONSUMERBENCH_DEBUG") != "" {
-		fmt.Fprintf(os.Stderr, "turnstile: %v, %.2f cores\n", elapsed, (cpuTime()-cpuStart).Seconds()/elapsed.Seconds())
+		fmt.Fprintf(os.Stderr, "turnstile: %v, %.2f cores, %.1f µs of CPU per record\n", elapsed,
+			(cpuTime()-cpuStart).Seconds()/elapsed.Seconds(), float64((cpuTime()-cpuStart).Microseconds())/float64(n))
 	}
 	cancel()
 	err = <-done
@@ -108,6 +114,10 @@ func overhead(ctx context.Context, o options) error {
 	for run := 1; run <= o.runs; run++ {
 		var rates [2]float64
 		for side := range 2 {
+			if only := os.Getenv("CONSUMERBENCH_ONLY"); (only == "raw" && side == 1) || (only == "turnstile" && side == 0) {
+				rates[side] = 1 // profiling one side: the other is skipped and its rate is meaningless
+				continue
+			}
 			requests, results, err := topics(ctx, brokers, o.partitions)
 			if err != nil {
 				return err

@@ -48,33 +48,45 @@ func testRoundTrip(t *testing.T, s session.Store) {
 	requireSameEvents(t, want, found)
 }
 
-// testNoAliasing: the store copies what it is given and what it returns.
+// testNoAliasing: the store copies what it is given, and a caller appending to what it
+// returned does not change the store. (What a Store returns is read-only under the Store
+// contract, so changing it in place is not checked: a Store may share it.)
 func testNoAliasing(t *testing.T, s session.Store) {
 	ctx := context.Background()
 	key := newKey(t)
 	state := json.RawMessage(`{"v":1}`)
-	created := create(t, s, key, state)
+	create(t, s, key, state)
 	state[2] = 'X'
-	created.State[2] = 'Y'
+	require.Equal(t, `{"v":1}`, string(get(t, s, key, 0).State), "Create kept the caller's state")
 
 	tr := turn("r1", 1)
 	tr.Events[0].Data = json.RawMessage(`{"d":1}`)
 	tr.State = json.RawMessage(`{"v":2}`)
-	ap := mustAppend(t, s, key, 0, tr)
+	mustAppend(t, s, key, 0, tr)
 	tr.Events[0].Data[2] = 'X'
+	tr.Events[0].Text = "changed after Append"
 	tr.State[2] = 'X'
-	ap.Events[0].Data[2] = 'Y'
 
 	got := get(t, s, key, 10)
-	require.Equal(t, `{"v":2}`, string(got.State))
-	require.Equal(t, `{"d":1}`, string(got.Events[0].Data))
-	got.Events[0].Data[2] = 'Z'
-	got.State[2] = 'Z'
+	require.Equal(t, `{"v":2}`, string(got.State), "Append kept the caller's state")
+	require.Equal(t, `{"d":1}`, string(got.Events[0].Data), "Append kept the caller's event data")
+	require.NotEqual(t, "changed after Append", got.Events[0].Text, "Append kept the caller's events")
 
-	found, err := s.FindTurn(ctx, key, "r1")
+	// Appending to a returned slice makes the caller's own array: the store's next append
+	// must not overwrite what the caller appended, nor the caller's append the store's.
+	ap := mustAppend(t, s, key, 1, turn("r2", 2)) // 3 events: a Go slice grown one by one to 3 has room for 4
+	mine := append(get(t, s, key, 10).Events, session.Event{ID: "appended-by-caller", Text: "x"})
+	minedup := append(ap.Events, session.Event{ID: "appended-by-caller", Text: "x"})
+	found, err := s.FindTurn(ctx, key, "r2")
 	require.NoError(t, err)
-	require.Equal(t, `{"d":1}`, string(found[0].Data))
-	found[0].Data[2] = 'W'
-	require.Equal(t, `{"v":2}`, string(get(t, s, key, 0).State))
-	require.Equal(t, `{"d":1}`, string(get(t, s, key, 1).Events[0].Data))
+	minefound := append(found, session.Event{ID: "appended-by-caller", Text: "x"})
+	mustAppend(t, s, key, 2, turn("r3", 1))
+	for _, m := range [][]session.Event{mine, minedup, minefound} {
+		require.Equal(t, "appended-by-caller", m[len(m)-1].ID, "the store wrote into an array it returned")
+	}
+	all := get(t, s, key, 10)
+	require.Len(t, all.Events, 4)
+	for _, e := range all.Events {
+		require.NotEqual(t, "appended-by-caller", e.ID, "a caller's append reached the store")
+	}
 }
