@@ -52,9 +52,10 @@ func ExampleRunner_Run() {
 // worker, different per request and per call.
 func ExampleToolKey() {
 	const requestID = "6f1b7c1e-2d8f-4a53-9c1e-0f6f3a3c2b10"
-	fmt.Println(turn.ToolKey(requestID, "refund"))
-	fmt.Println(turn.ToolKey(requestID, "refund") == turn.ToolKey(requestID, "refund"))
-	fmt.Println(turn.ToolKey(requestID, "refund") == turn.ToolKey(requestID, "email"))
+	refund := turn.ToolKey(requestID, "refund")
+	fmt.Println(refund)
+	fmt.Println(turn.ToolKey(requestID, "refund") == refund) // the next attempt, on any worker
+	fmt.Println(turn.ToolKey(requestID, "email") == refund)  // another side effect of the turn
 	// Output:
 	// 03c03a32-076e-5c21-87b5-fd2a19ee6fc0
 	// true

@@ -125,14 +125,3 @@ func (f *fleet) failed() error {
 	}
 	return nil
 }
-
-// stats sums the members' counters.
-func (f *fleet) stats() consumer.Stats {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var s consumer.Stats
-	for _, m := range f.members {
-		s = s.Add(m.c.Stats())
-	}
-	return s
-}
