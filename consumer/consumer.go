@@ -2,7 +2,10 @@
 // request record as a turn, in order per conversation, publishes its result, dead-letters what
 // cannot be served, and commits an offset only after the record's outcome is durable.
 //
-// # Guarantees and how they are kept
+// # How the consumer keeps the guarantees
+//
+// The guarantees are stated in the package doc of the module root (G1-G7); here is the
+// consumer's part of each.
 //
 //   - Order (G1): with Config.Ordering = OrderByKey (the default) the records of one key (one
 //     conversation) run one at a time, in offset order, while records of different keys of the
