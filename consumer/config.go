@@ -131,10 +131,13 @@ type Config struct {
 	// overrides what turnstile's guarantees rest on: manual commits (AutoCommit off),
 	// Return.Errors, Offsets.Initial = OffsetOldest (a new group reads every request already on
 	// the topic), and the cooperative-sticky strategy unless GroupStrategies names a strategy
-	// other than sarama's default range. The producer gets its own copy (sharing one config
-	// between the group and an idempotent producer makes commits slow), with Idempotent,
-	// RequiredAcks=WaitForAll, Net.MaxOpenRequests=1, Retry.Max at least 5 and a murmur2
-	// partitioner (the placement a Java producer picks for the same key).
+	// other than sarama's default range. Consumer.MaxWaitTime (Kafka's fetch.max.wait.ms) left
+	// at sarama's 500 ms becomes 100 ms: a partition resumed after a backpressure pause is
+	// fetched only after the fetch in flight returns, which an idle topic holds for the whole
+	// wait. The producer gets its own copy (sharing one config between the group and an
+	// idempotent producer makes commits slow), with Idempotent, RequiredAcks=WaitForAll,
+	// Net.MaxOpenRequests=1, Retry.Max at least 5 and a murmur2 partitioner (the placement a
+	// Java producer picks for the same key).
 	Sarama *sarama.Config
 	// Logger receives the consumer's logs, with request id, conversation id, topic,
 	// partition and offset on every line about a record. Default slog.Default().

@@ -98,6 +98,7 @@ type rawLoop struct {
 	results  string
 	done     atomic.Int64
 	started  atomic.Int64 // unix nanos of the first Setup
+	first    atomic.Int64 // unix nanos of the first record
 }
 
 type rawMeta struct {
@@ -112,6 +113,9 @@ func (h *rawLoop) Setup(sarama.ConsumerGroupSession) error {
 func (h *rawLoop) Cleanup(sarama.ConsumerGroupSession) error { return nil }
 func (h *rawLoop) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
 	for msg := range claim.Messages() {
+		if h.first.CompareAndSwap(0, time.Now().UnixNano()) && os.Getenv("CONSUMERBENCH_DEBUG") != "" {
+			fmt.Fprintf(os.Stderr, "raw: first record %v after Setup\n", time.Duration(h.first.Load()-h.started.Load()))
+		}
 		h.producer.Input() <- &sarama.ProducerMessage{Topic: h.results, Key: sarama.ByteEncoder(msg.Key),
 			Value: sarama.ByteEncoder(msg.Value), Metadata: rawMeta{sess, msg}}
 	}
