@@ -28,8 +28,12 @@
 //   - G3 effectively once: one request id gives at most one turn in the session history and
 //     one stored result. You make sure every side effect of a turn takes [turn.ToolKey] (or
 //     [turn.Input.ToolKey]) as its idempotency key, since the model may run again after a
-//     crash, and that readers of the results topic dedup on the request-id header, since a
-//     result may be published twice when a worker dies between publishing and committing.
+//     crash, with a call id the re-run repeats (the tool's name and ordinal in the turn, or a
+//     hash of its arguments; never the provider's tool-call id, which changes with every
+//     response; [github.com/turnstile-go/turnstile/turntest.CheckCrashes] checks it across the
+//     crash table), and that readers of the results topic dedup on the request-id header,
+//     since a result may be published twice when a worker dies between publishing and
+//     committing.
 //   - G4 context survives: the session (history and state) lives in a shared durable store
 //     keyed by conversation; any worker continues any conversation after any rebalance. You
 //     make sure all workers share one durable [session.Store] and [inbox.Inbox] (PostgreSQL,

@@ -9,12 +9,12 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/google/uuid"
-	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/turnstile-go/turnstile/consumer"
 	"github.com/turnstile-go/turnstile/inbox"
 	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // The wiring of the package doc, run against an in-process Kafka broker: one request in,
@@ -59,11 +59,18 @@ func Example() {
 }
 
 func demoBroker(topics ...string) (brokers []string, stop func()) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topics...), kfake.GroupMinSessionTimeout(10*time.Millisecond))
+	cluster, err := turntest.Start(turntest.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
-	return cluster.ListenAddrs(), cluster.Close
+	var ts []turntest.Topic
+	for _, name := range topics {
+		ts = append(ts, turntest.Topic{Name: name, Partitions: 1})
+	}
+	if _, err := turntest.CreateTopics(context.Background(), cluster.Brokers(), nil, ts...); err != nil {
+		log.Fatal(err)
+	}
+	return cluster.Brokers(), cluster.Close
 }
 
 func send(brokers []string, req turn.Request) {

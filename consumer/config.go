@@ -139,6 +139,11 @@ type Config struct {
 	// Net.MaxOpenRequests=1, Retry.Max at least 5 and a murmur2 partitioner (the placement a
 	// Java producer picks for the same key).
 	Sarama *sarama.Config
+	// Replay, when set, makes the Consumer a replay into a sandbox: see Replay. ResultsTopic
+	// and DeadLetterTopic may then be empty (nothing is published there), and must not be
+	// production's.
+	Replay *Replay
+
 	// Logger receives the consumer's logs, with request id, conversation id, topic,
 	// partition and offset on every line about a record. Default slog.Default().
 	Logger *slog.Logger
@@ -189,16 +194,21 @@ func (c *Config) Validate() error {
 	if len(c.Brokers) == 0 {
 		errs = append(errs, errors.New("Brokers: empty"))
 	}
-	for _, f := range []struct{ name, v string }{
-		{"GroupID", c.GroupID}, {"RequestsTopic", c.RequestsTopic},
-		{"ResultsTopic", c.ResultsTopic}, {"DeadLetterTopic", c.DeadLetterTopic},
-	} {
+	required := []struct{ name, v string }{{"GroupID", c.GroupID}, {"RequestsTopic", c.RequestsTopic}}
+	if c.Replay == nil {
+		required = append(required, struct{ name, v string }{"ResultsTopic", c.ResultsTopic},
+			struct{ name, v string }{"DeadLetterTopic", c.DeadLetterTopic})
+	}
+	for _, f := range required {
 		if f.v == "" {
 			errs = append(errs, fmt.Errorf("%s: empty", f.name))
 		}
 	}
 	if c.RequestsTopic != "" && (c.RequestsTopic == c.ResultsTopic || c.RequestsTopic == c.DeadLetterTopic) {
 		errs = append(errs, errors.New("RequestsTopic: must differ from ResultsTopic and DeadLetterTopic"))
+	}
+	if c.Replay != nil {
+		errs = append(errs, c.Replay.validate(c)...)
 	}
 	negative := func(name string, v any, neg bool) {
 		if neg {

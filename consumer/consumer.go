@@ -129,7 +129,8 @@ func New(cfg Config, h Handler) (*Consumer, error) {
 // flight get Config.ShutdownTimeout to finish, finished ones are published and committed, the
 // rest are cancelled (and redelivered to the group later), the member leaves the group and
 // every connection closes. Run returns nil after such a shutdown, or an error when it cannot
-// start (brokers unreachable, requests topic missing). Run may be called once.
+// start (brokers unreachable, requests topic missing, a replay that would write to production's
+// stores: ErrProductionStore). Run may be called once.
 func (c *Consumer) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return errors.New("consumer: Run called twice")
@@ -148,6 +149,18 @@ func (c *Consumer) Run(ctx context.Context) error {
 	c.client = client
 	if err := c.refreshPartitions(); err != nil {
 		return err
+	}
+	if c.cfg.Replay != nil {
+		ends, err := c.startReplay(ctx, client)
+		if err != nil {
+			return err
+		}
+		if ends != nil {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithCancel(ctx)
+			defer cancel()
+			go c.stopAtEnd(ctx, cancel, client, ends)
+		}
 	}
 	producer, err := connect(ctx, func() (sarama.AsyncProducer, error) {
 		return sarama.NewAsyncProducer(c.cfg.Brokers, c.cfg.producerConfig(newPartitioner))

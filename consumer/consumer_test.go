@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-go/turnstile/consumer"
-	"github.com/turnstile-go/turnstile/internal/kafkatest"
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // checkHistories asserts G1 and G3 on the sessions: per conversation, the user messages are
@@ -117,10 +117,10 @@ func TestBadRecordsAreDeadLettered(t *testing.T) {
 	// Records of different keys may finish in any order (OrderByKey); the source offset says
 	// which record each dead letter is.
 	slices.SortFunc(dead, func(a, b *sarama.ConsumerMessage) int {
-		return cmp.Compare(kafkatest.HeaderMap(a)[consumer.HeaderSourceOffset], kafkatest.HeaderMap(b)[consumer.HeaderSourceOffset])
+		return cmp.Compare(turntest.HeaderMap(a)[consumer.HeaderSourceOffset], turntest.HeaderMap(b)[consumer.HeaderSourceOffset])
 	})
 	for i, d := range dead {
-		h := kafkatest.HeaderMap(d)
+		h := turntest.HeaderMap(d)
 		require.Equal(t, bad[i].name, h["origin"], "producer headers are kept")
 		require.Contains(t, h[consumer.HeaderReason], bad[i].reason, bad[i].name)
 		require.Equal(t, e.requests, h[consumer.HeaderSourceTopic])
@@ -150,7 +150,7 @@ func TestPoisonRequestDeadLettersAfterMaxAttempts(t *testing.T) {
 
 	dead := e.cluster.ReadAll(t, e.dlq, 1, wait)
 	require.Len(t, dead, 1)
-	h := kafkatest.HeaderMap(dead[0])
+	h := turntest.HeaderMap(dead[0])
 	require.Equal(t, poison.ID, h[consumer.HeaderRequestID])
 	require.Equal(t, "3", h[consumer.HeaderAttempts])
 	require.Contains(t, h[consumer.HeaderReason], "3 attempts exhausted")

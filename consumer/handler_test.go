@@ -10,9 +10,9 @@ import (
 
 	"github.com/turnstile-go/turnstile/consumer"
 	"github.com/turnstile-go/turnstile/inbox"
-	"github.com/turnstile-go/turnstile/internal/kafkatest"
 	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // The Runner is the one place for the limits of a turn: with no consumer setting, a Runner
@@ -32,7 +32,7 @@ func TestRunnerHandlerCarriesMaxAttempts(t *testing.T) {
 
 	dead := e.cluster.ReadAll(t, e.dlq, 1, wait)
 	require.Len(t, dead, 1)
-	h := kafkatest.HeaderMap(dead[0])
+	h := turntest.HeaderMap(dead[0])
 	require.Equal(t, poison.ID, h[consumer.HeaderRequestID])
 	require.Equal(t, "5", h[consumer.HeaderAttempts])
 	require.Contains(t, h[consumer.HeaderReason], "5 attempts exhausted")

@@ -21,12 +21,12 @@ import (
 
 	"github.com/turnstile-go/turnstile/consumer"
 	"github.com/turnstile-go/turnstile/inbox"
-	"github.com/turnstile-go/turnstile/internal/kafkatest"
 	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, kafkatest.LeakOptions()...) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, turntest.LeakOptions()...) }
 
 // wait bounds how long a test waits for the cluster to converge; it is a deadline for a
 // stuck test, never an assertion about speed.
@@ -36,7 +36,7 @@ const wait = 60 * time.Second
 // service would share in production.
 type env struct {
 	t                      *testing.T
-	cluster                *kafkatest.Cluster
+	cluster                *turntest.Cluster
 	requests, results, dlq string
 	group                  string
 	sessions               *session.MemoryStore
@@ -56,7 +56,7 @@ var testOrdering = func() consumer.Ordering {
 
 func setup(t *testing.T, requestPartitions, resultPartitions int32) *env {
 	t.Helper()
-	c := kafkatest.Start(t, kafkatest.Options{})
+	c := turntest.NewCluster(t, turntest.Options{Brokers: 3})
 	return &env{
 		t: t, cluster: c, ordering: testOrdering,
 		requests: c.CreateTopic(t, "requests", requestPartitions),
@@ -314,7 +314,7 @@ func (e *env) resultsByID(n int) map[string][]*sarama.ConsumerMessage {
 	e.t.Helper()
 	out := map[string][]*sarama.ConsumerMessage{}
 	for _, m := range e.cluster.ReadAll(e.t, e.results, n, wait) {
-		id := kafkatest.HeaderMap(m)[consumer.HeaderRequestID]
+		id := turntest.HeaderMap(m)[consumer.HeaderRequestID]
 		out[id] = append(out[id], m)
 	}
 	return out
@@ -329,7 +329,7 @@ func (e *env) distinctResults(n int) map[string][]*sarama.ConsumerMessage {
 		msgs := e.cluster.ReadAll(e.t, e.results, want, wait) // fails the test after wait
 		out := map[string][]*sarama.ConsumerMessage{}
 		for _, m := range msgs {
-			id := kafkatest.HeaderMap(m)[consumer.HeaderRequestID]
+			id := turntest.HeaderMap(m)[consumer.HeaderRequestID]
 			out[id] = append(out[id], m)
 		}
 		if len(out) >= n {

@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-go/turnstile/consumer"
-	"github.com/turnstile-go/turnstile/internal/kafkatest"
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // python runs testdata/interop.py with Debian's python3 and its confluent-kafka (librdkafka).
@@ -97,7 +97,7 @@ func TestConfluentKafkaInterop(t *testing.T) {
 
 func TestKcatInterop(t *testing.T) {
 	t.Parallel()
-	kafkatest.NeedKcat(t)
+	turntest.NeedKcat(t)
 	e := setup(t, 3, 3)
 	e.start(memberOpts{})
 	var lines []string
@@ -108,11 +108,11 @@ func TestKcatInterop(t *testing.T) {
 		require.NoError(t, err)
 		lines = append(lines, reqs[i].ConversationID+"\t"+string(data))
 	}
-	kafkatest.KcatInput(t, []byte(strings.Join(lines, "\n")+"\n"),
+	turntest.KcatInput(t, []byte(strings.Join(lines, "\n")+"\n"),
 		"-b", e.cluster.BrokerList(), "-P", "-t", e.requests, "-K", "\t", "-H", "origin=kcat", "-X", "topic.partitioner=murmur2_random")
 
 	e.resultsByID(len(reqs)) // wait until they are all there
-	out := kafkatest.Kcat(t, "-b", e.cluster.BrokerList(), "-C", "-t", e.results, "-o", "beginning", "-e", "-q",
+	out := turntest.Kcat(t, "-b", e.cluster.BrokerList(), "-C", "-t", e.results, "-o", "beginning", "-e", "-q",
 		"-f", "%k|%h|%s\n")
 	got := map[string]string{}
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {

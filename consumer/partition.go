@@ -241,6 +241,7 @@ func (p *partition) start() *record {
 func (p *partition) serve(r *record) {
 	defer func() { <-p.c.sem }()
 	ob, ok := p.process(r)
+	ob = p.unpublished(ob) // a replay's empty topics
 	if !ok {
 		p.endAbandoned()
 		return

@@ -129,6 +129,10 @@ func TestRateLimitQuietsOtherPartitions(t *testing.T) {
 	require.NoError(t, err)
 	e.cluster.ProduceTo(t, e.requests, 0, opener.ConversationID, data, nil)
 	recv(t, first, "the first model call")
+	// The pause starts when the consumer sees the 429, a moment after the model returned it:
+	// produce the other partitions' work only then, or a record fetched in that moment
+	// rightly runs before the pause.
+	require.Eventually(t, func() bool { return m.c.Stats().Pauses >= 1 }, 10*time.Second, time.Millisecond)
 	var others []turn.Request
 	for p := int32(1); p < 3; p++ { // work for the partitions that saw no 429
 		r := request(fmt.Sprintf("rl-%d", p), "arrives during the pause")

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-go/turnstile/consumer"
-	"github.com/turnstile-go/turnstile/internal/kafkatest"
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // paced returns echo that takes d per turn, so that turns are in flight when members come
@@ -191,7 +191,7 @@ func TestRecordThatKillsEveryMemberIsDeadLettered(t *testing.T) {
 	survivor := e.start(memberOpts{})
 	dead := e.cluster.ReadAll(t, e.dlq, 1, wait)
 	require.Len(t, dead, 1)
-	h := kafkatest.HeaderMap(dead[0])
+	h := turntest.HeaderMap(dead[0])
 	require.Equal(t, deadly.ID, h[consumer.HeaderRequestID])
 	require.Contains(t, h[consumer.HeaderReason], "3 attempts exhausted")
 	require.Equal(t, "3", h[consumer.HeaderAttempts])

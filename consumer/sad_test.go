@@ -17,9 +17,9 @@ import (
 
 	"github.com/turnstile-go/turnstile/consumer"
 	"github.com/turnstile-go/turnstile/inbox"
-	"github.com/turnstile-go/turnstile/internal/kafkatest"
 	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // sadWait bounds the review tests: every outcome they wait for takes well under a second
@@ -96,7 +96,7 @@ func TestOversizedDeadLetterDoesNotStall(t *testing.T) {
 	dead := e.cluster.ReadAll(t, e.dlq, 1, wait)
 	require.Len(t, dead, 1)
 	require.Empty(t, dead[0].Value)
-	h := kafkatest.HeaderMap(dead[0])
+	h := turntest.HeaderMap(dead[0])
 	require.Contains(t, h[consumer.HeaderValueDropped], fmt.Sprintf("%d bytes", len(big)))
 	require.Contains(t, h[consumer.HeaderReason], "malformed JSON")
 	require.Equal(t, "0", h[consumer.HeaderSourceOffset])
@@ -118,7 +118,7 @@ func TestRefusedResultIsDeadLettered(t *testing.T) {
 	e.waitDone(t, next)
 	dead := e.cluster.ReadAll(t, e.dlq, 1, wait)
 	require.Len(t, dead, 1)
-	h := kafkatest.HeaderMap(dead[0])
+	h := turntest.HeaderMap(dead[0])
 	require.Equal(t, novel.ID, h[consumer.HeaderRequestID])
 	require.Contains(t, h[consumer.HeaderReason], "refused by the results topic")
 	eventually(t, func() bool { return m.c.Stats().Records == 2 })

@@ -38,7 +38,7 @@ func (rl *recordLog) get() *slog.Logger {
 // publishes nothing) or a dead letter. It returns false when the turn was abandoned (revoke,
 // shutdown): nothing is handed off, and the record is left to the partition's next owner.
 func (p *partition) process(r *record) (*outbound, bool) {
-	c, msg, ctx := p.c, r.msg, p.turns
+	c, msg, ctx := p.c, r.msg, p.c.turnContext(p.turns)
 	rl := &recordLog{p: p, msg: msg}
 	req, err := p.decode(msg)
 	if err != nil {

@@ -28,6 +28,9 @@ var (
 	ErrDead = errors.New("inbox: request is dead-lettered")
 	// ErrInvalid: an argument breaks the contract (an empty key).
 	ErrInvalid = errors.New("inbox: invalid argument")
+	// ErrNotDead: Redrive on an entry that is not dead-lettered (in progress or done); it is
+	// left as it is.
+	ErrNotDead = errors.New("inbox: request is not dead-lettered")
 )
 
 // Status is where a request stands.
@@ -94,6 +97,21 @@ type Entry struct {
 	Offset    int64
 	CreatedAt time.Time
 	UpdatedAt time.Time
+	// Redrives is the audit of the times the entry was dead and Redrive made it runnable
+	// again, oldest first; empty for an entry never re-driven.
+	Redrives []RedriveAudit
+}
+
+// RedriveAudit records one Redrive of a dead entry: why it had been dead-lettered.
+type RedriveAudit struct {
+	// Reason is the entry's Reason when it was re-driven: why it was dead-lettered.
+	Reason string `json:"reason"`
+	// Attempts is the entry's attempt count when it was re-driven.
+	Attempts int `json:"attempts"`
+	// Note is the caller's note (who re-drove it and why), as given to Redrive.
+	Note string `json:"note,omitempty"`
+	// At is when it was re-driven, by the inbox's clock, in UTC.
+	At time.Time `json:"at"`
 }
 
 // Failure describes a failed attempt for Fail.
@@ -132,10 +150,20 @@ type Inbox interface {
 	// MarkDead marks the request dead-lettered with the reason. A done entry stays done.
 	// Errors: ErrNotFound, ErrInvalid.
 	MarkDead(ctx context.Context, key, reason string) error
+	// Redrive makes a dead entry runnable again, for an operator who fixed what killed it: the
+	// entry becomes StatusInProgress with no attempts spent (the next Begin counts attempt 1
+	// of a fresh budget, and does not return StatusNew: an earlier delivery may have stored
+	// the turn), its Reason is cleared, and its earlier Reason and Attempts are appended to
+	// Redrives with note and the time. The request runs once Kafka delivers it again. An entry
+	// that is not dead comes back unchanged with ErrNotDead, so of concurrent Redrives of one
+	// dead entry exactly one succeeds. Errors: ErrNotFound, ErrNotDead, ErrInvalid.
+	Redrive(ctx context.Context, key, note string) (Entry, error)
 	// Get returns the entry. Errors: ErrNotFound, ErrInvalid.
 	Get(ctx context.Context, key string) (Entry, error)
 	// Purge deletes done and dead entries last updated before the given time and returns how
-	// many it deleted. A purged request that Kafka delivers again runs as new, so keep entries
-	// longer than the requests topic's retention.
+	// many it deleted; entries in progress stay whatever their age. A purged request that
+	// Kafka delivers again (a redelivery, a replayed or re-published record) runs again as new:
+	// keep entries longer than the requests topic's retention (retention.ms) and than any
+	// producer retries. RunPurge calls it on a schedule.
 	Purge(ctx context.Context, before time.Time) (int64, error)
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"slices"
 	"sync"
 	"time"
 )
@@ -64,6 +65,7 @@ func (sh *inboxShard) entry(ctx context.Context, key string) (*Entry, error) {
 func clone(e *Entry) Entry {
 	out := *e
 	out.Result = bytes.Clone(e.Result)
+	out.Redrives = slices.Clone(e.Redrives)
 	return out
 }
 
@@ -139,6 +141,23 @@ func (b *MemoryInbox) MarkDead(ctx context.Context, key, reason string) error {
 	}
 	e.Status, e.Reason, e.UpdatedAt = StatusDead, reason, b.now().UTC()
 	return nil
+}
+
+// Redrive implements Inbox.
+func (b *MemoryInbox) Redrive(ctx context.Context, key, note string) (Entry, error) {
+	sh := b.shard(key)
+	defer sh.mu.Unlock()
+	e, err := sh.entry(ctx, key)
+	if err != nil {
+		return Entry{}, err
+	}
+	if e.Status != StatusDead {
+		return clone(e), fmt.Errorf("%w: key %s is %s", ErrNotDead, key, e.Status)
+	}
+	now := b.now().UTC()
+	e.Redrives = append(e.Redrives, RedriveAudit{Reason: e.Reason, Attempts: e.Attempts, Note: note, At: now})
+	e.Status, e.Attempts, e.Reason, e.UpdatedAt = StatusInProgress, 0, "", now
+	return clone(e), nil
 }
 
 // Get implements Inbox.

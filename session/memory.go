@@ -32,7 +32,7 @@ type storeShard struct {
 	sessions map[appConv]*memSession
 }
 
-var _ Store = (*MemoryStore)(nil)
+var _ Retention = (*MemoryStore)(nil)
 
 type appConv struct{ app, conv string }
 
@@ -211,4 +211,40 @@ func (s *MemoryStore) Delete(ctx context.Context, key Key) error {
 	}
 	delete(sh.sessions, appConv{key.App, key.Conversation})
 	return nil
+}
+
+// DeleteUser implements Retention.
+func (s *MemoryStore) DeleteUser(ctx context.Context, app, user string) (int64, error) {
+	if app == "" || user == "" {
+		return 0, fmt.Errorf("%w: DeleteUser needs an app and a user", ErrInvalid)
+	}
+	return s.deleteWhere(ctx, func(k appConv, m *memSession) bool { return k.app == app && m.user == user })
+}
+
+// DeleteIdle implements Retention.
+func (s *MemoryStore) DeleteIdle(ctx context.Context, app string, before time.Time) (int64, error) {
+	if app == "" {
+		return 0, fmt.Errorf("%w: DeleteIdle needs an app", ErrInvalid)
+	}
+	return s.deleteWhere(ctx, func(k appConv, m *memSession) bool { return k.app == app && m.updatedAt.Before(before) })
+}
+
+// deleteWhere deletes the sessions match selects, one shard at a time.
+func (s *MemoryStore) deleteWhere(ctx context.Context, match func(appConv, *memSession) bool) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	var n int64
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, m := range sh.sessions {
+			if match(k, m) {
+				delete(sh.sessions, k)
+				n++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return n, nil
 }

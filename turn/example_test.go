@@ -50,14 +50,14 @@ func ExampleRunner_Run() {
 
 // A side effect takes the tool key as its idempotency key: the same on every attempt and every
 // worker, different per request and per call.
-func ExampleToolKey() {
+func ExampleToolKey_everyAttempt() {
 	const requestID = "6f1b7c1e-2d8f-4a53-9c1e-0f6f3a3c2b10"
-	refund := turn.ToolKey(requestID, "refund")
+	refund := turn.ToolKey(requestID, "refund#1")
 	fmt.Println(refund)
-	fmt.Println(turn.ToolKey(requestID, "refund") == refund) // the next attempt, on any worker
-	fmt.Println(turn.ToolKey(requestID, "email") == refund)  // another side effect of the turn
+	fmt.Println(turn.ToolKey(requestID, "refund#1") == refund) // the next attempt, on any worker
+	fmt.Println(turn.ToolKey(requestID, "email#1") == refund)  // another side effect of the turn
 	// Output:
-	// 03c03a32-076e-5c21-87b5-fd2a19ee6fc0
+	// bc42ec26-a581-5931-9f33-d7ef38bf6370
 	// true
 	// false
 }
@@ -65,8 +65,8 @@ func ExampleToolKey() {
 // Inside a ModelClient, Input.ToolKey gives the same key for the turn's request.
 func ExampleInput_ToolKey() {
 	in := turn.Input{Request: turn.Request{ID: "6f1b7c1e-2d8f-4a53-9c1e-0f6f3a3c2b10"}}
-	fmt.Println(in.ToolKey("refund"))
-	// Output: 03c03a32-076e-5c21-87b5-fd2a19ee6fc0
+	fmt.Println(in.ToolKey("refund#1"))
+	// Output: bc42ec26-a581-5931-9f33-d7ef38bf6370
 }
 
 // The error kinds a model returns, and what Classify makes of them: what the consumer then

@@ -15,7 +15,9 @@ type ModelClient interface {
 	//
 	// Respond may be called again for the same request after a crash or a failed attempt, so
 	// any side effect it causes (a refund, an email) must be idempotent: pass
-	// Input.ToolKey(callID) to the service that performs it. Steer retries with the error:
+	// Input.ToolKey(callID) to the service that performs it, with a callID stable across
+	// re-runs (the tool's name and ordinal in the turn, or a hash of its arguments; see
+	// ToolKey). Steer retries with the error:
 	// Permanent(err) dead-letters the request at once, RetryAfter(d, err) pauses the consumer
 	// without spending an attempt, any other error counts a failed attempt.
 	Respond(ctx context.Context, in Input) (Output, error)
@@ -37,9 +39,15 @@ type Input struct {
 	Session session.Session
 	// Attempt is the 1-based attempt number the inbox counted for this request.
 	Attempt int
+	// Replay is true when the turn runs in a replay into a sandbox (IsReplay of the turn's
+	// context; the consumer's Config.Replay sets it): stub side-effecting tools or point them
+	// at a sandbox, for the request already had its effects in production.
+	Replay bool
 }
 
-// ToolKey returns the idempotency key of the tool call callID in this turn; see ToolKey.
+// ToolKey returns the idempotency key of the side effect callID in this turn; see ToolKey
+// for a callID that stays the same when the turn runs again ("refund#1", not the provider's
+// tool-call id).
 func (in Input) ToolKey(callID string) string { return ToolKey(in.Request.ID, callID) }
 
 // Output is what a ModelClient returns for one turn.

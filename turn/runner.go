@@ -212,7 +212,7 @@ func (r *Runner) runTurn(ctx context.Context, req Request, ikey string, attempt 
 			return Result{}, nil, fmt.Errorf("session find turn: %w", err)
 		}
 	}
-	out, err := r.respond(ctx, Input{Request: req, Session: sess, Attempt: attempt})
+	out, err := r.respond(ctx, Input{Request: req, Session: sess, Attempt: attempt, Replay: IsReplay(ctx)})
 	if err != nil {
 		return Result{}, nil, fmt.Errorf("model: %w", err)
 	}

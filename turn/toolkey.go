@@ -27,11 +27,18 @@ func lengthPrefixed(parts ...string) string {
 	return b.String()
 }
 
-// ToolKey returns a stable idempotency key for the side effect callID (a name the host picks
-// per tool call of a turn, such as "refund" or the model's tool-call id) of the request
+// ToolKey returns a stable idempotency key for the side effect callID of the request
 // requestID: a version 5 UUID in its 36-character text form. The same arguments give the same
 // key on every worker and every attempt, so a payment or mail service that dedups on it
 // performs the side effect once however often the turn runs (G3).
+//
+// The key is only as stable as callID. A turn may run again after a crash or a failed attempt
+// (the model is called again), so callID must come from something that is the same in every
+// run of the same request: the tool's name and its ordinal among the turn's calls of it
+// ("refund#1"), or the tool's name and a hash of its arguments (when the same arguments mean
+// the same effect). Never use the model provider's tool-call id (OpenAI's "call_..."): each
+// response names its tool calls afresh, so the re-run after a crash gets a new key and the
+// refund happens twice. turntest.CheckCrashes catches such a key.
 func ToolKey(requestID, callID string) string {
 	// Length-prefixed, so that no two (requestID, callID) pairs share a name.
 	return uuid.NewSHA1(toolKeyNamespace, []byte(strconv.Itoa(len(requestID))+":"+requestID+callID)).String()

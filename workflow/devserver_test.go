@@ -14,9 +14,9 @@ import (
 	"go.temporal.io/sdk/converter"
 
 	"github.com/turnstile-go/turnstile/consumer"
-	"github.com/turnstile-go/turnstile/internal/kafkatest"
 	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // The acceptance line: 500 sequenced requests of one conversation through the consumer and the
@@ -58,7 +58,7 @@ func TestDevServerFiveHundredSequencedAcrossRuns(t *testing.T) {
 	results := s.cluster.ReadAll(t, s.results, n, wait)
 	got := map[string]int{}
 	for _, m := range results {
-		got[kafkatest.HeaderMap(m)[consumer.HeaderRequestID]]++
+		got[turntest.HeaderMap(m)[consumer.HeaderRequestID]]++
 	}
 	require.Len(t, got, n)
 	for _, id := range ids {

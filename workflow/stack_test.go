@@ -19,11 +19,11 @@ import (
 
 	"github.com/turnstile-go/turnstile/consumer"
 	"github.com/turnstile-go/turnstile/inbox/sqlinbox"
-	"github.com/turnstile-go/turnstile/internal/kafkatest"
 	"github.com/turnstile-go/turnstile/internal/sqltest"
 	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/session/sqlsession"
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // wait bounds how long a dev-server test waits for the system to converge: a deadline for a
@@ -34,7 +34,7 @@ const wait = 3 * time.Minute
 // Temporal client on the shared dev server and a task queue of its own.
 type stack struct {
 	t                      testing.TB
-	cluster                *kafkatest.Cluster
+	cluster                *turntest.Cluster
 	requests, results, dlq string
 	group                  string
 	db                     *sql.DB
@@ -51,7 +51,7 @@ func newStack(t testing.TB, partitions int32) *stack {
 	t.Helper()
 	host := needServer(t)
 	s := &stack{t: t, model: &recordingModel{}, states: &MemoryLedger{}, logs: &logCapture{}}
-	s.cluster = kafkatest.Start(t, kafkatest.Options{})
+	s.cluster = turntest.NewCluster(t, turntest.Options{Brokers: 3})
 	s.requests = s.cluster.CreateTopic(t, "requests", partitions)
 	s.results = s.cluster.CreateTopic(t, "results", partitions)
 	s.dlq = s.cluster.CreateTopic(t, "dlq", partitions)

@@ -17,7 +17,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/turnstile-go/turnstile/internal/demo"
-	"github.com/turnstile-go/turnstile/internal/embedkafka"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // Topic names and partition counts of the quickstart.
@@ -263,7 +263,7 @@ func newRunID() string {
 func startKafka(ctx context.Context, cfg Config) (brokers []string, where string, closeFn func(), err error) {
 	brokers, where, closeFn = cfg.Brokers, "external", func() {}
 	if len(brokers) == 0 {
-		kc, err := embedkafka.Start(embedkafka.Options{})
+		kc, err := turntest.Start(turntest.Options{})
 		if err != nil {
 			return nil, "", nil, err
 		}
@@ -271,10 +271,10 @@ func startKafka(ctx context.Context, cfg Config) (brokers []string, where string
 	}
 	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	_, err = embedkafka.CreateTopics(tctx, brokers, saramaConfig(),
-		embedkafka.Topic{Name: RequestsTopic, Partitions: Partitions},
-		embedkafka.Topic{Name: ResultsTopic, Partitions: Partitions},
-		embedkafka.Topic{Name: DeadLetterTopic, Partitions: Partitions})
+	_, err = turntest.CreateTopics(tctx, brokers, saramaConfig(),
+		turntest.Topic{Name: RequestsTopic, Partitions: Partitions},
+		turntest.Topic{Name: ResultsTopic, Partitions: Partitions},
+		turntest.Topic{Name: DeadLetterTopic, Partitions: Partitions})
 	if err != nil {
 		closeFn()
 		return nil, "", nil, err

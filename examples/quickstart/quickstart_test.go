@@ -14,9 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-go/turnstile/internal/demo/demotest"
-	"github.com/turnstile-go/turnstile/internal/embedkafka"
-	"github.com/turnstile-go/turnstile/internal/kafkatest"
 	"github.com/turnstile-go/turnstile/internal/sqltest"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 func TestMain(m *testing.M) { demotest.Main(m) }
@@ -102,13 +101,13 @@ func postgres(t *testing.T) (dsn, prefix string) {
 func TestQuickstartOnExistingBrokersStartsAtTheEnd(t *testing.T) {
 	t.Parallel()
 	var brokers []string
-	for b := range strings.SplitSeq(os.Getenv(kafkatest.EnvBrokers), ",") {
+	for b := range strings.SplitSeq(os.Getenv(turntest.EnvBrokers), ",") {
 		if b = strings.TrimSpace(b); b != "" {
 			brokers = append(brokers, b)
 		}
 	}
 	if len(brokers) == 0 {
-		kc, err := embedkafka.Start(embedkafka.Options{})
+		kc, err := turntest.Start(turntest.Options{})
 		require.NoError(t, err)
 		t.Cleanup(kc.Close)
 		brokers = kc.Brokers()

@@ -17,8 +17,8 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/turnstile-go/turnstile/inbox/sqlinbox"
 	"github.com/turnstile-go/turnstile/internal/demo"
-	"github.com/turnstile-go/turnstile/internal/embedkafka"
 	"github.com/turnstile-go/turnstile/session/sqlsession"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // Defaults of Config, after the ADK note's worked example.
@@ -118,7 +118,7 @@ func run(ctx context.Context, cfg Config, out io.Writer) (Report, error) {
 	mb := newMailbag(cfg.Customers, cfg.Partitions, cfg.PoisonBytes)
 	rep := Report{Customers: cfg.Customers, Emails: len(mb.order), Members: cfg.Members, Partitions: cfg.Partitions, Partition: mb.partition[Protagonist]}
 
-	kc, err := embedkafka.Start(embedkafka.Options{MaxMessageBytes: MaxRecordBytes + 1<<20})
+	kc, err := turntest.Start(turntest.Options{MaxMessageBytes: MaxRecordBytes + 1<<20})
 	if err != nil {
 		return rep, err
 	}
@@ -126,10 +126,10 @@ func run(ctx context.Context, cfg Config, out io.Writer) (Report, error) {
 	brokers := kc.Brokers()
 	big := map[string]string{"max.message.bytes": strconv.Itoa(MaxRecordBytes + 1<<20)}
 	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	_, err = embedkafka.CreateTopics(tctx, brokers, nil,
-		embedkafka.Topic{Name: RequestsTopic, Partitions: int32(cfg.Partitions), Configs: big},
-		embedkafka.Topic{Name: ResultsTopic, Partitions: int32(cfg.Partitions)},
-		embedkafka.Topic{Name: DeadLetterTopic, Partitions: int32(cfg.Partitions), Configs: big})
+	_, err = turntest.CreateTopics(tctx, brokers, nil,
+		turntest.Topic{Name: RequestsTopic, Partitions: int32(cfg.Partitions), Configs: big},
+		turntest.Topic{Name: ResultsTopic, Partitions: int32(cfg.Partitions)},
+		turntest.Topic{Name: DeadLetterTopic, Partitions: int32(cfg.Partitions), Configs: big})
 	cancel()
 	if err != nil {
 		return rep, err

@@ -10,9 +10,9 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/turnstile-go/turnstile/internal/demo"
-	"github.com/turnstile-go/turnstile/internal/embedkafka"
 	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turntest"
 	"github.com/turnstile-go/turnstile/workflow"
 )
 
@@ -136,7 +136,7 @@ func keyOf(wl *workload, requestID string) session.Key {
 
 // offsets returns the group's committed offsets and the requests topic's end offsets, summed.
 func offsets(brokers []string) (committed, end int64, err error) {
-	client, err := sarama.NewClient(brokers, embedkafka.Config())
+	client, err := sarama.NewClient(brokers, turntest.Config())
 	if err != nil {
 		return 0, 0, err
 	}

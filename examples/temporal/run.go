@@ -21,9 +21,9 @@ import (
 
 	"github.com/turnstile-go/turnstile/consumer"
 	"github.com/turnstile-go/turnstile/internal/demo"
-	"github.com/turnstile-go/turnstile/internal/embedkafka"
 	"github.com/turnstile-go/turnstile/internal/temporaldev"
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turntest"
 	"github.com/turnstile-go/turnstile/workflow"
 )
 
@@ -63,7 +63,7 @@ func (w *world) close() {
 
 func setup(ctx context.Context) (*world, error) {
 	w := &world{}
-	kc, err := embedkafka.Start(embedkafka.Options{})
+	kc, err := turntest.Start(turntest.Options{})
 	if err != nil {
 		return nil, err
 	}
@@ -71,9 +71,9 @@ func setup(ctx context.Context) (*world, error) {
 	w.brokers = kc.Brokers()
 	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := embedkafka.CreateTopics(tctx, w.brokers, nil,
-		embedkafka.Topic{Name: RequestsTopic, Partitions: Partitions}, embedkafka.Topic{Name: ResultsTopic, Partitions: Partitions},
-		embedkafka.Topic{Name: DeadLetterTopic, Partitions: Partitions}); err != nil {
+	if _, err := turntest.CreateTopics(tctx, w.brokers, nil,
+		turntest.Topic{Name: RequestsTopic, Partitions: Partitions}, turntest.Topic{Name: ResultsTopic, Partitions: Partitions},
+		turntest.Topic{Name: DeadLetterTopic, Partitions: Partitions}); err != nil {
 		w.close()
 		return nil, err
 	}
@@ -123,7 +123,7 @@ func run(ctx context.Context, cfg Config, stdout io.Writer) (Summary, error) {
 		cfg.Requests, cfg.Conversations, strings.Join(w.brokers, ","), w.host, w.dbPath)
 
 	log := slog.New(slog.DiscardHandler)
-	watch, err := demo.NewWatcher(w.brokers, embedkafka.Config(), ResultsTopic, DeadLetterTopic, sarama.OffsetOldest)
+	watch, err := demo.NewWatcher(w.brokers, turntest.Config(), ResultsTopic, DeadLetterTopic, sarama.OffsetOldest)
 	if err != nil {
 		return Summary{}, err
 	}
@@ -207,7 +207,7 @@ func startMember(w *world, ledger workflow.Ledger, log *slog.Logger) (*member, e
 	if err != nil {
 		return nil, err
 	}
-	sc := embedkafka.Config()
+	sc := turntest.Config()
 	sc.Consumer.Interceptors = []sarama.ConsumerInterceptor{tap}
 	c, err := consumer.New(consumer.Config{
 		Brokers: w.brokers, GroupID: group, RequestsTopic: RequestsTopic, ResultsTopic: ResultsTopic,
@@ -301,7 +301,7 @@ func newWorkload(requests, conversations int) *workload {
 
 // produce sends the workload interleaved over conversations, keyed by conversation (murmur2).
 func produce(brokers []string, wl *workload) error {
-	sc := embedkafka.Config()
+	sc := turntest.Config()
 	sc.Producer.Return.Successes = true
 	sc.Producer.Partitioner = sarama.NewMurmur2Partitioner
 	p, err := sarama.NewSyncProducer(brokers, sc)

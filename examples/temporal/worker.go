@@ -16,10 +16,10 @@ import (
 	tworker "go.temporal.io/sdk/worker"
 
 	"github.com/turnstile-go/turnstile/inbox/sqlinbox"
-	"github.com/turnstile-go/turnstile/internal/embedkafka"
 	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/session/sqlsession"
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turntest"
 	"github.com/turnstile-go/turnstile/workflow"
 )
 
@@ -115,7 +115,7 @@ func startWorker(w *world, model turn.ModelClient, log *slog.Logger) (tworker.Wo
 }
 
 func newWorker(c client.Client, st *stores, brokers []string, model turn.ModelClient, log *slog.Logger) (tworker.Worker, error) {
-	pub, err := workflow.NewKafkaPublisher(brokers, embedkafka.Config(), ResultsTopic, DeadLetterTopic)
+	pub, err := workflow.NewKafkaPublisher(brokers, turntest.Config(), ResultsTopic, DeadLetterTopic)
 	if err != nil {
 		return nil, err
 	}

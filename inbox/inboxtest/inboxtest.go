@@ -73,6 +73,11 @@ var cases = []struct {
 	{"RequestsIndependent", testIndependent},
 	{"Purge", testPurge},
 	{"PurgeMany", testPurgeMany},
+	{"PurgeUnderTraffic", testPurgeUnderTraffic},
+	{"Redrive", testRedrive},
+	{"RedriveNotDead", testRedriveNotDead},
+	{"RedriveAgain", testRedriveAgain},
+	{"ConcurrentRedrive", testConcurrentRedrive},
 	{"ConcurrentBegin", testConcurrentBegin},
 	{"ConcurrentRequests", testConcurrentRequests},
 	{"CancelledContext", testCancelledContext},
@@ -298,7 +303,9 @@ func testNotFound(t *testing.T, b inbox.Inbox) {
 	require.ErrorIs(t, b.Complete(ctx, id, []byte("r")), inbox.ErrNotFound, "Complete")
 	require.ErrorIs(t, b.Fail(ctx, id, inbox.Failure{Reason: "x", Refund: true}), inbox.ErrNotFound, "Fail")
 	require.ErrorIs(t, b.MarkDead(ctx, id, "x"), inbox.ErrNotFound, "MarkDead")
-	_, err := b.Get(ctx, id)
+	_, err := b.Redrive(ctx, id, "x")
+	require.ErrorIs(t, err, inbox.ErrNotFound, "Redrive")
+	_, err = b.Get(ctx, id)
 	require.ErrorIs(t, err, inbox.ErrNotFound, "Get: and none of the above made an entry")
 }
 
@@ -309,6 +316,8 @@ func testInvalid(t *testing.T, b inbox.Inbox) {
 	require.ErrorIs(t, b.Complete(ctx, "", []byte("r")), inbox.ErrInvalid, "Complete")
 	require.ErrorIs(t, b.Fail(ctx, "", inbox.Failure{}), inbox.ErrInvalid, "Fail")
 	require.ErrorIs(t, b.MarkDead(ctx, "", "x"), inbox.ErrInvalid, "MarkDead")
+	_, err = b.Redrive(ctx, "", "x")
+	require.ErrorIs(t, err, inbox.ErrInvalid, "Redrive")
 	_, err = b.Get(ctx, "")
 	require.ErrorIs(t, err, inbox.ErrInvalid, "Get")
 }
@@ -388,6 +397,193 @@ func testPurgeMany(t *testing.T, b inbox.Inbox) {
 	for _, id := range keep {
 		getEntry(t, b, id)
 	}
+}
+
+// testPurgeUnderTraffic: a Purge that runs while other requests begin, complete and die
+// deletes the done and dead entries last updated before its cutoff, and none of those the
+// traffic touches after it. The cutoff is read from the inbox's own clock (a marker entry's
+// UpdatedAt), taken once it is past every old entry's.
+func testPurgeUnderTraffic(t *testing.T, b inbox.Inbox) {
+	ctx := context.Background()
+	const n = 60
+	var old, oldLive []inbox.Delivery
+	var newest time.Time
+	for i := range n {
+		d := delivery(t, int64(i))
+		begin(t, b, d)
+		switch i % 3 {
+		case 0:
+			require.NoError(t, b.Complete(ctx, d.Key, []byte("r")))
+			old = append(old, d)
+		case 1:
+			require.NoError(t, b.MarkDead(ctx, d.Key, "x"))
+			old = append(old, d)
+		default:
+			oldLive = append(oldLive, d)
+		}
+		if u := getEntry(t, b, d.Key).UpdatedAt; u.After(newest) {
+			newest = u
+		}
+	}
+	marker := delivery(t, 0)
+	cutoff := begin(t, b, marker).UpdatedAt
+	for !cutoff.After(newest) { // the inbox's clock may be coarse: let it tick past the old entries
+		cutoff = begin(t, b, marker).UpdatedAt
+	}
+
+	var (
+		wg      sync.WaitGroup
+		purged  int64
+		purgErr error
+		fresh   = make([]inbox.Delivery, n)
+		errs    = make([]error, n)
+	)
+	wg.Go(func() { purged, purgErr = b.Purge(ctx, cutoff) })
+	for i := range n {
+		fresh[i] = delivery(t, int64(1000+i))
+		wg.Go(func() {
+			d := fresh[i]
+			if _, err := b.Begin(ctx, d); err != nil {
+				errs[i] = err
+				return
+			}
+			switch i % 3 {
+			case 0:
+				errs[i] = b.Complete(ctx, d.Key, []byte("r"))
+			case 1:
+				errs[i] = b.MarkDead(ctx, d.Key, "x")
+			}
+		})
+	}
+	wg.Wait()
+	require.NoError(t, purgErr)
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	require.EqualValues(t, len(old), purged, "exactly the old done and dead entries")
+	for _, d := range old {
+		_, err := b.Get(ctx, d.Key)
+		require.ErrorIs(t, err, inbox.ErrNotFound, "old entry %s", d.Key)
+	}
+	for _, d := range append(append(oldLive, fresh...), marker) {
+		getEntry(t, b, d.Key)
+	}
+}
+
+// testRedrive: a dead entry re-driven is in progress with no attempts spent and its old
+// reason in the audit; the next delivery counts attempt 1 and is not new; it can complete.
+func testRedrive(t *testing.T, b inbox.Inbox) {
+	ctx := context.Background()
+	d := delivery(t, 5)
+	begin(t, b, d)
+	begin(t, b, d)
+	require.NoError(t, b.MarkDead(ctx, d.Key, "model: bug 42"))
+
+	e, err := b.Redrive(ctx, d.Key, "fixed in v1.2; by ops")
+	require.NoError(t, err)
+	require.Equal(t, inbox.StatusInProgress, e.Status)
+	require.Zero(t, e.Attempts)
+	require.Empty(t, e.Reason)
+	require.Len(t, e.Redrives, 1)
+	require.Equal(t, "model: bug 42", e.Redrives[0].Reason)
+	require.Equal(t, 2, e.Redrives[0].Attempts)
+	require.Equal(t, "fixed in v1.2; by ops", e.Redrives[0].Note)
+	requireRecentTime(t, e.Redrives[0].At, "Redrives[0].At")
+
+	got := getEntry(t, b, d.Key)
+	require.Equal(t, inbox.StatusInProgress, got.Status)
+	require.Zero(t, got.Attempts)
+	require.Equal(t, e.Redrives[0].Reason, got.Redrives[0].Reason)
+	require.Equal(t, e.Redrives[0].Note, got.Redrives[0].Note)
+	require.WithinDuration(t, e.Redrives[0].At, got.Redrives[0].At, time.Millisecond)
+
+	next := begin(t, b, d)
+	require.Equal(t, inbox.StatusInProgress, next.Status, "an earlier delivery may have stored the turn: not new")
+	require.Equal(t, 1, next.Attempts, "a fresh budget of attempts")
+	require.NoError(t, b.Complete(ctx, d.Key, []byte("fixed result")))
+	done := getEntry(t, b, d.Key)
+	require.Equal(t, inbox.StatusDone, done.Status)
+	require.Equal(t, "fixed result", string(done.Result))
+	require.Len(t, done.Redrives, 1, "the audit stays")
+	require.Equal(t, "model: bug 42", done.Redrives[0].Reason)
+}
+
+// testRedriveNotDead: in progress and done entries come back unchanged with ErrNotDead.
+func testRedriveNotDead(t *testing.T, b inbox.Inbox) {
+	ctx := context.Background()
+	running, done := delivery(t, 1), delivery(t, 2)
+	begin(t, b, running)
+	begin(t, b, done)
+	require.NoError(t, b.Complete(ctx, done.Key, []byte("r")))
+
+	e, err := b.Redrive(ctx, running.Key, "x")
+	require.ErrorIs(t, err, inbox.ErrNotDead)
+	require.Equal(t, inbox.StatusInProgress, e.Status)
+	require.Equal(t, 1, getEntry(t, b, running.Key).Attempts)
+
+	e, err = b.Redrive(ctx, done.Key, "x")
+	require.ErrorIs(t, err, inbox.ErrNotDead)
+	require.Equal(t, inbox.StatusDone, e.Status)
+	got := getEntry(t, b, done.Key)
+	require.Equal(t, inbox.StatusDone, got.Status)
+	require.Equal(t, "r", string(got.Result))
+	require.Empty(t, got.Redrives)
+}
+
+// testRedriveAgain: a second Redrive before the entry dies again changes nothing; after it
+// dies again, a Redrive appends to the audit.
+func testRedriveAgain(t *testing.T, b inbox.Inbox) {
+	ctx := context.Background()
+	d := delivery(t, 1)
+	begin(t, b, d)
+	require.NoError(t, b.MarkDead(ctx, d.Key, "first"))
+	_, err := b.Redrive(ctx, d.Key, "one")
+	require.NoError(t, err)
+	_, err = b.Redrive(ctx, d.Key, "one again")
+	require.ErrorIs(t, err, inbox.ErrNotDead)
+	require.Len(t, getEntry(t, b, d.Key).Redrives, 1)
+
+	begin(t, b, d)
+	require.NoError(t, b.MarkDead(ctx, d.Key, "second"))
+	e, err := b.Redrive(ctx, d.Key, "two")
+	require.NoError(t, err)
+	require.Len(t, e.Redrives, 2)
+	require.Equal(t, []string{"first", "second"}, []string{e.Redrives[0].Reason, e.Redrives[1].Reason})
+	require.Equal(t, []int{1, 1}, []int{e.Redrives[0].Attempts, e.Redrives[1].Attempts})
+	require.Equal(t, []string{"one", "two"}, []string{e.Redrives[0].Note, e.Redrives[1].Note})
+	require.Equal(t, e.Redrives, getEntry(t, b, d.Key).Redrives)
+}
+
+// testConcurrentRedrive: of operators racing to re-drive one dead entry, exactly one wins.
+func testConcurrentRedrive(t *testing.T, b inbox.Inbox) {
+	ctx := context.Background()
+	d := delivery(t, 1)
+	begin(t, b, d)
+	require.NoError(t, b.MarkDead(ctx, d.Key, "poison"))
+	const racers = 10
+	errs := make([]error, racers)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range racers {
+		wg.Go(func() {
+			<-start
+			_, errs[i] = b.Redrive(ctx, d.Key, fmt.Sprint("racer ", i))
+		})
+	}
+	close(start)
+	wg.Wait()
+	won := 0
+	for _, err := range errs {
+		if err == nil {
+			won++
+			continue
+		}
+		require.ErrorIs(t, err, inbox.ErrNotDead)
+	}
+	require.Equal(t, 1, won)
+	e := getEntry(t, b, d.Key)
+	require.Len(t, e.Redrives, 1)
+	require.Equal(t, inbox.StatusInProgress, e.Status)
 }
 
 // testConcurrentBegin: members racing on one request (a rebalance) all count: the attempts add

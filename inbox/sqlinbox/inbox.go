@@ -166,6 +166,18 @@ func (b *Inbox) Migrate(ctx context.Context) error {
 	return nil
 }
 
+// Location names the inbox's table the same way whichever *sql.DB reaches it:
+// "postgres:SYSTEM_ID/DATABASE/SCHEMA.TABLE" or "sqlite:PATH/TABLE", "" for an in-memory SQLite
+// database. consumer's replay mode compares it with the production inbox's to refuse writing
+// there. Errors: the database's.
+func (b *Inbox) Location(ctx context.Context) (string, error) {
+	loc, err := b.d.Location(ctx, b.db, "inbox")
+	if err != nil {
+		return "", fmt.Errorf("sqlinbox: location: %w", sqldialect.ClassifyContext(ctx, err))
+	}
+	return loc, nil
+}
+
 // TablePrefix returns the table prefix in use.
 func (b *Inbox) TablePrefix() string { return b.d.Prefix() }
 

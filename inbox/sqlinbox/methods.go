@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -102,6 +103,52 @@ func (b *Inbox) MarkDead(ctx context.Context, key, reason string) error {
 	}
 	res, err := b.exec(ctx, b.q.markDead, key, sqldialect.Text(reason), b.d.Time(time.Now()))
 	return b.changedOrExists(ctx, "mark dead", key, res, err)
+}
+
+// Redrive implements inbox.Inbox: it reads the entry, then updates it only if it is still
+// dead with the audit it read, so that of concurrent Redrives one wins and the others find it
+// not dead.
+func (b *Inbox) Redrive(ctx context.Context, key, note string) (inbox.Entry, error) {
+	if key == "" {
+		return inbox.Entry{}, fmt.Errorf("%w: empty key", inbox.ErrInvalid)
+	}
+	for {
+		e, err := b.Get(ctx, key)
+		if err != nil {
+			return inbox.Entry{}, err
+		}
+		if e.Status != inbox.StatusDead {
+			return e, fmt.Errorf("%w: key %s is %s", inbox.ErrNotDead, key, e.Status)
+		}
+		old, err := encodeRedrives(e.Redrives)
+		if err != nil {
+			return inbox.Entry{}, b.fail(ctx, "redrive", key, err)
+		}
+		now := sqldialect.StoredTime(time.Now())
+		audit := append(e.Redrives, inbox.RedriveAudit{Reason: e.Reason, Attempts: e.Attempts, Note: sqldialect.Text(note), At: now})
+		next, err := encodeRedrives(audit)
+		if err != nil {
+			return inbox.Entry{}, b.fail(ctx, "redrive", key, err)
+		}
+		res, err := b.exec(ctx, b.q.redrive, key, next, b.d.Time(now), old)
+		switch err := b.changed(ctx, "redrive", key, res, err); {
+		case errors.Is(err, errUnchanged):
+			continue // changed since we read it: read again
+		case err != nil:
+			return inbox.Entry{}, err
+		}
+		e.Status, e.Attempts, e.Reason, e.UpdatedAt, e.Redrives = inbox.StatusInProgress, 0, "", now, audit
+		return e, nil
+	}
+}
+
+// encodeRedrives stores the audit as a JSON array, "" when empty.
+func encodeRedrives(a []inbox.RedriveAudit) (string, error) {
+	if len(a) == 0 {
+		return "", nil
+	}
+	b, err := json.Marshal(a)
+	return string(b), err
 }
 
 // Get implements inbox.Inbox.
@@ -204,11 +251,18 @@ func scanEntry(row *sql.Row) (inbox.Entry, int, error) {
 		status     string
 		deliveries int
 		result     []byte
+		redrives   string
 	)
 	err := row.Scan(&e.Key, &e.Conversation, &status, &e.Attempts, &deliveries, &result, &e.Reason,
-		&e.Topic, &e.Partition, &e.Offset, sqldialect.TimeScanner{T: &e.CreatedAt}, sqldialect.TimeScanner{T: &e.UpdatedAt})
+		&e.Topic, &e.Partition, &e.Offset, sqldialect.TimeScanner{T: &e.CreatedAt}, sqldialect.TimeScanner{T: &e.UpdatedAt},
+		&redrives)
 	if err != nil {
 		return inbox.Entry{}, 0, err
+	}
+	if redrives != "" {
+		if err := json.Unmarshal([]byte(redrives), &e.Redrives); err != nil {
+			return inbox.Entry{}, 0, fmt.Errorf("stored redrives unreadable: %w", err)
+		}
 	}
 	switch status {
 	case stInProgress:

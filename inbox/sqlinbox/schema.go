@@ -22,6 +22,10 @@ var migrations = []sqldialect.Migration{{
 		)`,
 		`CREATE INDEX {p}inbox_purge ON {p}inbox (updated_at) WHERE status IN ('done', 'dead')`,
 	},
+}, {
+	// The audit of Redrive: a JSON array of inbox.RedriveAudit, '' when never re-driven.
+	Version:    2,
+	Statements: []string{`ALTER TABLE {p}inbox ADD COLUMN redrives TEXT NOT NULL DEFAULT ''`},
 }}
 
 // Stored statuses; StatusNew is never stored.
@@ -32,11 +36,11 @@ const (
 )
 
 type queries struct {
-	begin, complete, fail, markDead, get, status, purge string
+	begin, complete, fail, markDead, redrive, get, status, purge string
 }
 
 const entryCols = `request_id, conversation, status, attempts, deliveries, result, reason, topic,
-	kafka_partition, kafka_offset, created_at, updated_at`
+	kafka_partition, kafka_offset, created_at, updated_at, redrives`
 
 func buildQueries(d *sqldialect.Dialect) queries {
 	// live is true for the row Begin found when it may count an attempt.
@@ -65,6 +69,10 @@ func buildQueries(d *sqldialect.Dialect) queries {
 			WHERE request_id = $1 AND status = 'in_progress'`),
 		markDead: d.Query(`UPDATE {p}inbox SET status = 'dead', reason = $2, updated_at = $3
 			WHERE request_id = $1 AND status <> 'done'`),
+		// Only the dead entry read with these redrives changes: of racing Redrives one wins.
+		redrive: d.Query(`UPDATE {p}inbox SET status = 'in_progress', attempts = 0, reason = '',
+				redrives = $2, updated_at = $3
+			WHERE request_id = $1 AND status = 'dead' AND redrives = $4`),
 		get:    d.Query(`SELECT ` + entryCols + ` FROM {p}inbox WHERE request_id = $1`),
 		status: d.Query(`SELECT status, reason FROM {p}inbox WHERE request_id = $1`),
 		// A bounded batch through the partial index; Purge repeats it until a batch comes up short.

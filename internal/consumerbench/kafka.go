@@ -12,9 +12,9 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/google/uuid"
 
-	"github.com/turnstile-go/turnstile/internal/embedkafka"
 	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 var topicSeq atomic.Int64
@@ -23,10 +23,10 @@ var topicSeq atomic.Int64
 func topics(ctx context.Context, brokers []string, partitions int) (requests, results string, err error) {
 	n := topicSeq.Add(1)
 	requests, results = fmt.Sprintf("bench-requests-%d", n), fmt.Sprintf("bench-results-%d", n)
-	_, err = embedkafka.CreateTopics(ctx, brokers, nil,
-		embedkafka.Topic{Name: requests, Partitions: int32(partitions)},
-		embedkafka.Topic{Name: results, Partitions: int32(partitions)},
-		embedkafka.Topic{Name: requests + ".dlq", Partitions: int32(partitions)})
+	_, err = turntest.CreateTopics(ctx, brokers, nil,
+		turntest.Topic{Name: requests, Partitions: int32(partitions)},
+		turntest.Topic{Name: results, Partitions: int32(partitions)},
+		turntest.Topic{Name: requests + ".dlq", Partitions: int32(partitions)})
 	return requests, results, err
 }
 
@@ -40,7 +40,7 @@ func request(key int, text string) ([]byte, error) {
 // in order), with an async producer; pace, when set, spaces them out at that rate (records/s).
 // onSent, when set, gets each record's send time by request index.
 func produce(brokers []string, topic string, n, keys int, pace float64) (sent []time.Time, err error) {
-	sc := embedkafka.Config()
+	sc := turntest.Config()
 	sc.Producer.Partitioner = sarama.NewMurmur2Partitioner
 	sc.Producer.Return.Successes = true
 	sc.Producer.Flush.Frequency = time.Millisecond
@@ -125,7 +125,7 @@ func (h *rawLoop) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.Co
 // runRaw serves n records of requests with the raw loop and returns the time from joining
 // the group to the last acknowledgement.
 func runRaw(ctx context.Context, brokers []string, requests, results string, n int) (time.Duration, error) {
-	pc := embedkafka.Config()
+	pc := turntest.Config()
 	pc.Producer.Idempotent = true
 	pc.Producer.RequiredAcks = sarama.WaitForAll
 	pc.Net.MaxOpenRequests = 1
@@ -152,7 +152,7 @@ func runRaw(ctx context.Context, brokers []string, requests, results string, n i
 			fmt.Println("raw loop: produce error:", e)
 		}
 	})
-	gc := embedkafka.Config()
+	gc := turntest.Config()
 	gc.Consumer.Offsets.Initial = sarama.OffsetOldest
 	gc.Consumer.Offsets.AutoCommit.Interval = 100 * time.Millisecond
 	gc.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyCooperativeSticky()}

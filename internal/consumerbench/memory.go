@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/turnstile-go/turnstile/consumer"
-	"github.com/turnstile-go/turnstile/internal/embedkafka"
 	"github.com/turnstile-go/turnstile/session/sqlsession"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // memory: a backlog of small records (1,000,000 by default) and a 50 ms model for -duration,
@@ -135,17 +135,17 @@ func memoryOne(ctx context.Context, o options) error {
 // runBroker is the broker process of the memory scenario: it starts kfake, creates the
 // topics, fills the backlog, prints "READY <brokers>" and serves until stdin closes.
 func runBroker(ctx context.Context, o options) error {
-	cluster, err := embedkafka.Start(embedkafka.Options{})
+	cluster, err := turntest.Start(turntest.Options{})
 	if err != nil {
 		return err
 	}
 	defer cluster.Close()
 	brokers := cluster.Brokers()
 	topic := o.backlogTopic
-	if _, err := embedkafka.CreateTopics(ctx, brokers, nil,
-		embedkafka.Topic{Name: topic, Partitions: int32(o.partitions)},
-		embedkafka.Topic{Name: topic + ".results", Partitions: int32(o.partitions)},
-		embedkafka.Topic{Name: topic + ".dlq", Partitions: int32(o.partitions)}); err != nil {
+	if _, err := turntest.CreateTopics(ctx, brokers, nil,
+		turntest.Topic{Name: topic, Partitions: int32(o.partitions)},
+		turntest.Topic{Name: topic + ".results", Partitions: int32(o.partitions)},
+		turntest.Topic{Name: topic + ".dlq", Partitions: int32(o.partitions)}); err != nil {
 		return err
 	}
 	if _, err := produce(brokers, topic, o.records, o.keys, 0); err != nil {

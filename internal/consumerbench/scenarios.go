@@ -13,9 +13,9 @@ import (
 
 	"github.com/turnstile-go/turnstile/consumer"
 	"github.com/turnstile-go/turnstile/inbox"
-	"github.com/turnstile-go/turnstile/internal/embedkafka"
 	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // extraTune, when set (by -tune), adjusts every turnstile member's Config.
@@ -43,7 +43,7 @@ func runTurnstile(ctx context.Context, brokers []string, requests, results strin
 		Logger: quiet,
 	}
 	sc := sarama.NewConfig()
-	sc.Version = embedkafka.Version
+	sc.Version = turntest.Version
 	cfg.Sarama = sc
 	if m.tune != nil {
 		m.tune(&cfg)
@@ -102,7 +102,7 @@ func runTurnstile(ctx context.Context, brokers []string, requests, results strin
 // overhead: instant model, memory stores; turnstile against the raw loop on the same records.
 func overhead(ctx context.Context, o options) error {
 	n := orDefault(o.records, 100_000)
-	cluster, err := embedkafka.Start(embedkafka.Options{})
+	cluster, err := turntest.Start(turntest.Options{})
 	if err != nil {
 		return err
 	}
@@ -154,7 +154,7 @@ func median(v []float64) float64 {
 func slow(ctx context.Context, o options) error {
 	n := orDefault(o.records, 3000)
 	const modelTime, inFlight = 50 * time.Millisecond, 64
-	cluster, err := embedkafka.Start(embedkafka.Options{})
+	cluster, err := turntest.Start(turntest.Options{})
 	if err != nil {
 		return err
 	}
@@ -190,7 +190,7 @@ func slow(ctx context.Context, o options) error {
 func parallelConsumer(ctx context.Context, o options) error {
 	n := orDefault(o.records, 10_000)
 	const keys = 100
-	cluster, err := embedkafka.Start(embedkafka.Options{})
+	cluster, err := turntest.Start(turntest.Options{})
 	if err != nil {
 		return err
 	}
@@ -226,7 +226,7 @@ func latency(ctx context.Context, o options) error {
 	const modelTime = 50 * time.Millisecond
 	rate := float64(o.partitions) / modelTime.Seconds() / 2
 	n := orDefault(o.records, int(rate*10))
-	cluster, err := embedkafka.Start(embedkafka.Options{})
+	cluster, err := turntest.Start(turntest.Options{})
 	if err != nil {
 		return err
 	}
@@ -277,7 +277,7 @@ func pct(d []time.Duration, p int) string {
 // result timestamp less its request's send time and the model time. The request's index is
 // in the result's text ("ok: message <i>").
 func addedLatency(ctx context.Context, brokers []string, results string, sent []time.Time, model time.Duration) ([]time.Duration, error) {
-	sc := embedkafka.Config()
+	sc := turntest.Config()
 	c, err := sarama.NewConsumer(brokers, sc)
 	if err != nil {
 		return nil, err

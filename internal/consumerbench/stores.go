@@ -13,8 +13,8 @@ import (
 
 	"github.com/turnstile-go/turnstile/consumer"
 	"github.com/turnstile-go/turnstile/inbox/sqlinbox"
-	"github.com/turnstile-go/turnstile/internal/embedkafka"
 	"github.com/turnstile-go/turnstile/session/sqlsession"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // durable opens the session store and the inbox on one database, sized for inFlight turns
@@ -59,7 +59,7 @@ func durable(ctx context.Context, driver, dsn string, dialect sqlsession.Dialect
 func stores(ctx context.Context, o options) error {
 	n := orDefault(o.records, 3000)
 	const modelTime, inFlight, maxOpen = 50 * time.Millisecond, 64, 40
-	cluster, err := embedkafka.Start(embedkafka.Options{})
+	cluster, err := turntest.Start(turntest.Options{})
 	if err != nil {
 		return err
 	}

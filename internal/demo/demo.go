@@ -17,20 +17,20 @@ import (
 
 	"github.com/IBM/sarama"
 
-	"github.com/turnstile-go/turnstile/internal/embedkafka"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // ClientConfig returns the base config of an example's Kafka clients, a fresh one on every
 // call: a consumer group member needs its own (the cooperative-sticky strategy keeps state per
 // member), and the consumer copies it for its producer. clientID names the client in the
-// group's description. On top of embedkafka.Config:
+// group's description. On top of turntest.Config:
 //   - a 100 ms fetch long-poll (Consumer.MaxWaitTime): the long-poll also delays a commit sent
 //     to the same broker, so a short one keeps commits fast;
 //   - heartbeats every 300 ms, a 10 s session and a 20 s rebalance timeout: members learn of a
 //     rebalance from a heartbeat's answer, so frequent heartbeats make member changes quick
 //     (the session timeout must be at least a real broker's group.min.session.timeout.ms, 6 s).
 func ClientConfig(clientID string) *sarama.Config {
-	sc := embedkafka.Config()
+	sc := turntest.Config()
 	sc.ClientID = clientID
 	sc.Consumer.MaxWaitTime = 100 * time.Millisecond
 	sc.Consumer.Group.Session.Timeout = 10 * time.Second

@@ -86,6 +86,9 @@ func (d *Dialect) Name() Name { return d.name }
 // Prefix returns the table prefix in use.
 func (d *Dialect) Prefix() string { return d.prefix }
 
+// Table returns the full name of a table: the prefix, then name.
+func (d *Dialect) Table(name string) string { return d.prefix + name }
+
 var dollarRE = regexp.MustCompile(`\$([0-9]+)`)
 
 // Query rewrites a query written in PostgreSQL's form for this dialect: "{p}" becomes the

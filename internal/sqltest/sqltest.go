@@ -119,6 +119,25 @@ func Postgres(t testing.TB) *sql.DB {
 	return pg.db
 }
 
+// OpenPostgres opens a pool of the test's own to PostgreSQL at PostgresDSN(), without the
+// shared pool of Postgres (which outlives the test, and which goleak then reports), closed at
+// the end of the test. When the database cannot be reached the test is skipped with the
+// reason, or fails when CI=true.
+func OpenPostgres(t testing.TB) *sql.DB {
+	t.Helper()
+	db := open(t, "pgx", PostgresDSN())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		msg := fmt.Sprintf("PostgreSQL unreachable at %s (set TURNSTILE_POSTGRES_DSN): %v", PostgresDSN(), err)
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return db
+}
+
 // PostgresPool opens a pool of its own to PostgreSQL at PostgresDSN(), with database/sql's
 // default settings (no limit on open connections, 2 idle), closed at the end of the test: for
 // tests and benchmarks that set or measure the pool. When the database cannot be reached the

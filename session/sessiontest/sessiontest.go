@@ -28,6 +28,9 @@
 // writes go to a table of each subtest's own, which the suite creates and drops through
 // TxDB(), so the database user needs CREATE TABLE. RunJoint checks such a store together with
 // an inbox.TxCompleter, as turn.Runner uses them.
+//
+// When the store implements session.Retention, Run also checks DeleteUser and DeleteIdle (the
+// subtests under "Retention"), each in apps of its own, DeleteIdle also while turns go on.
 package sessiontest
 
 import (
@@ -56,6 +59,7 @@ func Run(t *testing.T, newStore func(t *testing.T) session.Store) {
 		})
 	}
 	suite.RunOptional(t, "AppendTx", newStore, txCases)
+	suite.RunOptional(t, "Retention", newStore, retentionCases)
 }
 
 type testCase struct {

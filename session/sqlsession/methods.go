@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/turnstile-go/turnstile/internal/sqldialect"
@@ -357,4 +358,80 @@ func nilIfEmpty(b []byte) []byte {
 		return nil
 	}
 	return b
+}
+
+// retentionBatch is how many sessions one DeleteIdle transaction deletes at most, so that a
+// large expiry holds no long lock.
+const retentionBatch = 500
+
+// DeleteUser implements session.Retention: the user's sessions of app and their events, in
+// one transaction.
+func (s *Store) DeleteUser(ctx context.Context, app, user string) (int64, error) {
+	if app == "" || user == "" {
+		return 0, fmt.Errorf("%w: DeleteUser needs an app and a user", session.ErrInvalid)
+	}
+	n, err := s.deleteReturning(ctx, s.q.deleteUser, app, user)
+	if err != nil {
+		return 0, fmt.Errorf("sqlsession: delete user %s/%s: %w", app, user, sqldialect.ClassifyContext(ctx, err))
+	}
+	return n, nil
+}
+
+// DeleteIdle implements session.Retention, in transactions of at most 500 sessions that
+// commit on their own; on an error the count so far comes back with it.
+func (s *Store) DeleteIdle(ctx context.Context, app string, before time.Time) (int64, error) {
+	if app == "" {
+		return 0, fmt.Errorf("%w: DeleteIdle needs an app", session.ErrInvalid)
+	}
+	var total int64
+	for {
+		n, err := s.deleteReturning(ctx, s.q.deleteIdle, app, s.d.Time(before), retentionBatch)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("sqlsession: delete idle sessions of %s: %w", app, sqldialect.ClassifyContext(ctx, err))
+		}
+		if n < retentionBatch {
+			return total, nil
+		}
+	}
+}
+
+// deleteReturning runs a DELETE ... RETURNING id of sessions and deletes their events, in one
+// write transaction, and returns how many sessions it deleted.
+func (s *Store) deleteReturning(ctx context.Context, query string, args ...any) (int64, error) {
+	tx, err := s.d.BeginWrite(ctx, s.db)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback()
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	var ids []any
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Close(); err != nil {
+		return 0, err
+	}
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	// ON DELETE CASCADE does this where foreign keys are enforced; SQLite enforces them only
+	// with PRAGMA foreign_keys=ON. Chunks stay under SQLite's and PostgreSQL's parameter limits.
+	for chunk := range slices.Chunk(ids, 500) {
+		if _, err := tx.ExecContext(ctx, s.q.deleteEventsOf(len(chunk)), chunk...); err != nil {
+			return 0, err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, err
+	}
+	return int64(len(ids)), nil
 }

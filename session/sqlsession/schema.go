@@ -38,12 +38,20 @@ var migrations = []sqldialect.Migration{{
 			CONSTRAINT {p}events_request UNIQUE (session_id, request_id, idx)
 		)`,
 	},
+}, {
+	// Retention: DeleteUser finds a user's sessions, DeleteIdle the oldest ones.
+	Version: 2,
+	Statements: []string{
+		`CREATE INDEX {p}sessions_user ON {p}sessions (app, user_id)`,
+		`CREATE INDEX {p}sessions_idle ON {p}sessions (app, updated_at)`,
+	},
 }}
 
 // queries holds the store's statements, rewritten for the dialect once in New.
 type queries struct {
 	get, create, owner, bump, turn, deleteSession, deleteEvents, findTurn string
-	insertEvents                                                          func(n int) string
+	deleteUser, deleteIdle                                                string
+	insertEvents, deleteEventsOf                                          func(n int) string
 }
 
 // eventCols are the columns of one event, in the order of the insert's arguments.
@@ -105,6 +113,23 @@ func buildQueries(d *sqldialect.Dialect) queries {
 			ORDER BY e.idx`),
 		deleteSession: d.Query(`DELETE FROM {p}sessions WHERE app = $1 AND conversation = $2 AND user_id = $3 RETURNING id`),
 		deleteEvents:  d.Query(`DELETE FROM {p}events WHERE session_id = $1`),
+		deleteUser:    d.Query(`DELETE FROM {p}sessions WHERE app = $1 AND user_id = $2 RETURNING id`),
+		// A bounded batch; the outer condition is checked again on a row a concurrent turn
+		// updated (PostgreSQL re-reads it), so a session that became active is kept.
+		deleteIdle: d.Query(`DELETE FROM {p}sessions WHERE app = $1 AND updated_at < $2 AND id IN (
+				SELECT id FROM {p}sessions WHERE app = $1 AND updated_at < $2 ORDER BY updated_at LIMIT $3)
+			RETURNING id`),
+		deleteEventsOf: func(n int) string {
+			q := []byte(`DELETE FROM {p}events WHERE session_id IN (`)
+			for i := range n {
+				if i > 0 {
+					q = append(q, ", "...)
+				}
+				q = append(q, '$')
+				q = strconv.AppendInt(q, int64(i+1), 10)
+			}
+			return d.Query(string(append(q, ')')))
+		},
 		insertEvents: func(n int) string {
 			q := []byte(`INSERT INTO {p}events (session_id, seq, request_id, idx, event_id, author, body, data, at) VALUES `)
 			for i := range n {

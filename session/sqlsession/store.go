@@ -144,7 +144,10 @@ type Store struct {
 	appendHook func(ctx context.Context, stage string, tx sqldialect.Querier)
 }
 
-var _ session.TxAppender = (*Store)(nil)
+var (
+	_ session.TxAppender = (*Store)(nil)
+	_ session.Retention  = (*Store)(nil)
+)
 
 // component names the session store's schema in the version table.
 const component = "sessions"
@@ -175,6 +178,18 @@ func (s *Store) Migrate(ctx context.Context) error {
 		return fmt.Errorf("sqlsession: %w", err)
 	}
 	return nil
+}
+
+// Location names the store's sessions table the same way whichever *sql.DB reaches it:
+// "postgres:SYSTEM_ID/DATABASE/SCHEMA.TABLE" or "sqlite:PATH/TABLE", "" for an in-memory SQLite
+// database. consumer's replay mode compares it with the production store's to refuse writing
+// there. Errors: the database's.
+func (s *Store) Location(ctx context.Context) (string, error) {
+	loc, err := s.d.Location(ctx, s.db, "sessions")
+	if err != nil {
+		return "", fmt.Errorf("sqlsession: location: %w", sqldialect.ClassifyContext(ctx, err))
+	}
+	return loc, nil
 }
 
 // TablePrefix returns the table prefix in use.

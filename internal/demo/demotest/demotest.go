@@ -8,12 +8,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/turnstile-go/turnstile/internal/demo"
-	"github.com/turnstile-go/turnstile/internal/kafkatest"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // Main runs an example's tests and then fails if they left goroutines behind (goleak, with
 // the allowances of the Kafka harness).
-func Main(m *testing.M) { goleak.VerifyTestMain(m, kafkatest.LeakOptions()...) }
+func Main(m *testing.M) { goleak.VerifyTestMain(m, turntest.LeakOptions()...) }
 
 // RequireChecks fails t unless checks are exactly the named ones, in order, and each passed.
 func RequireChecks(t testing.TB, checks demo.Checks, names ...string) {

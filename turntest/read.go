@@ -1,4 +1,4 @@
-package kafkatest
+package turntest
 
 import (
 	"errors"
@@ -35,23 +35,23 @@ func (c *Cluster) ReadAllUncommitted(t testing.TB, topic string, wantAtLeast int
 func (c *Cluster) read(t testing.TB, topic string, iso sarama.IsolationLevel, want int, timeout time.Duration) []*sarama.ConsumerMessage {
 	t.Helper()
 	if want < 0 || timeout <= 0 {
-		t.Fatalf("kafkatest: read %q: wantAtLeast %d must be >= 0 and timeout %v > 0", topic, want, timeout)
+		t.Fatalf("turntest: read %q: wantAtLeast %d must be >= 0 and timeout %v > 0", topic, want, timeout)
 	}
 	cfg := c.Config()
 	cfg.Consumer.IsolationLevel = iso
 	cfg.Consumer.Return.Errors = true
 	client, err := sarama.NewClient(c.brokers, cfg)
 	if err != nil {
-		t.Fatalf("kafkatest: read %q: client: %v", topic, err)
+		t.Fatalf("turntest: read %q: client: %v", topic, err)
 	}
 	defer client.Close()
 	partitions, err := client.Partitions(topic)
 	if err != nil {
-		t.Fatalf("kafkatest: read %q: partitions: %v", topic, err)
+		t.Fatalf("turntest: read %q: partitions: %v", topic, err)
 	}
 	consumer, err := sarama.NewConsumerFromClient(client)
 	if err != nil {
-		t.Fatalf("kafkatest: read %q: consumer: %v", topic, err)
+		t.Fatalf("turntest: read %q: consumer: %v", topic, err)
 	}
 	defer consumer.Close()
 
@@ -69,7 +69,7 @@ func (c *Cluster) read(t testing.TB, topic string, iso sarama.IsolationLevel, wa
 	for _, p := range partitions {
 		pc, err := consumer.ConsumePartition(topic, p, sarama.OffsetOldest)
 		if err != nil {
-			t.Fatalf("kafkatest: read %q partition %d: %v", topic, p, err)
+			t.Fatalf("turntest: read %q partition %d: %v", topic, p, err)
 		}
 		defer pc.AsyncClose() // runs before wg.Wait above: closes the channels we drain
 		wg.Add(2)
@@ -103,7 +103,7 @@ func (c *Cluster) read(t testing.TB, topic string, iso sarama.IsolationLevel, wa
 			errMu.Lock()
 			e := lastErr
 			errMu.Unlock()
-			t.Fatalf("kafkatest: read %q (%s): %d of at least %d records within %v; per partition: %s; last consumer error: %v",
+			t.Fatalf("turntest: read %q (%s): %d of at least %d records within %v; per partition: %s; last consumer error: %v",
 				topic, isoName(iso), len(got), want, timeout, perPartition(got, partitions), e)
 		}
 	}
@@ -140,21 +140,25 @@ func perPartition(got []*sarama.ConsumerMessage, partitions []int32) string {
 // committed none. It fails the test on a broker error.
 func (c *Cluster) CommittedOffset(t testing.TB, group, topic string, partition int32) int64 {
 	t.Helper()
-	resp, err := c.admin.ListConsumerGroupOffsets(group, map[string][]int32{topic: {partition}})
+	admin, err := c.clusterAdmin()
+	if err != nil {
+		t.Fatalf("turntest: admin client: %v", err)
+	}
+	resp, err := admin.ListConsumerGroupOffsets(group, map[string][]int32{topic: {partition}})
 	if errors.Is(err, sarama.ErrGroupIDNotFound) {
 		// kfake answers GROUP_ID_NOT_FOUND for a group it never saw;
 		// a real broker answers offset -1.
 		return -1
 	}
 	if err != nil {
-		t.Fatalf("kafkatest: committed offset of group %q on %s/%d: %v", group, topic, partition, err)
+		t.Fatalf("turntest: committed offset of group %q on %s/%d: %v", group, topic, partition, err)
 	}
 	block := resp.GetBlock(topic, partition)
 	if block == nil {
 		return -1
 	}
 	if block.Err != sarama.ErrNoError && !errors.Is(block.Err, sarama.ErrUnknownTopicOrPartition) {
-		t.Fatalf("kafkatest: committed offset of group %q on %s/%d: %v", group, topic, partition, block.Err)
+		t.Fatalf("turntest: committed offset of group %q on %s/%d: %v", group, topic, partition, block.Err)
 	}
 	if block.Offset < 0 {
 		return -1
@@ -171,18 +175,18 @@ func (c *Cluster) RecordCount(t testing.TB, topic string) int64 {
 	t.Helper()
 	client, err := sarama.NewClient(c.brokers, c.Config())
 	if err != nil {
-		t.Fatalf("kafkatest: count %q: client: %v", topic, err)
+		t.Fatalf("turntest: count %q: client: %v", topic, err)
 	}
 	defer client.Close()
 	partitions, err := client.Partitions(topic)
 	if err != nil {
-		t.Fatalf("kafkatest: count %q: partitions: %v", topic, err)
+		t.Fatalf("turntest: count %q: partitions: %v", topic, err)
 	}
 	var n int64
 	for _, p := range partitions {
 		hw, err := client.GetOffset(topic, p, sarama.OffsetNewest)
 		if err != nil {
-			t.Fatalf("kafkatest: count %q partition %d: %v", topic, p, err)
+			t.Fatalf("turntest: count %q partition %d: %v", topic, p, err)
 		}
 		n += hw
 	}

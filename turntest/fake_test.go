@@ -1,4 +1,4 @@
-package kafkatest_test
+package turntest_test
 
 import (
 	"fmt"

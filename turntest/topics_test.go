@@ -1,4 +1,4 @@
-package embedkafka_test
+package turntest_test
 
 import (
 	"bytes"
@@ -8,17 +8,13 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
-	"github.com/turnstile-go/turnstile/internal/embedkafka"
-	"github.com/turnstile-go/turnstile/internal/kafkatest"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, kafkatest.LeakOptions()...) }
-
-func start(t *testing.T, opts embedkafka.Options) *embedkafka.Cluster {
+func start(t *testing.T, opts turntest.Options) *turntest.Cluster {
 	t.Helper()
-	c, err := embedkafka.Start(opts)
+	c, err := turntest.Start(opts)
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	return c
@@ -26,21 +22,21 @@ func start(t *testing.T, opts embedkafka.Options) *embedkafka.Cluster {
 
 func TestCreateTopicsCreatesMissingAndKeepsExisting(t *testing.T) {
 	t.Parallel()
-	c := start(t, embedkafka.Options{})
+	c := start(t, turntest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	existing, err := embedkafka.CreateTopics(ctx, c.Brokers(), nil,
-		embedkafka.Topic{Name: "a", Partitions: 12}, embedkafka.Topic{Name: "b", Partitions: 1})
+	existing, err := turntest.CreateTopics(ctx, c.Brokers(), nil,
+		turntest.Topic{Name: "a", Partitions: 12}, turntest.Topic{Name: "b", Partitions: 1})
 	require.NoError(t, err)
 	require.Empty(t, existing)
 
-	existing, err = embedkafka.CreateTopics(ctx, c.Brokers(), nil,
-		embedkafka.Topic{Name: "a", Partitions: 3}, embedkafka.Topic{Name: "c", Partitions: 2})
+	existing, err = turntest.CreateTopics(ctx, c.Brokers(), nil,
+		turntest.Topic{Name: "a", Partitions: 3}, turntest.Topic{Name: "c", Partitions: 2})
 	require.NoError(t, err)
 	require.Equal(t, []string{"a"}, existing)
 
-	client, err := sarama.NewClient(c.Brokers(), embedkafka.Config())
+	client, err := sarama.NewClient(c.Brokers(), turntest.Config())
 	require.NoError(t, err)
 	defer client.Close()
 	for topic, want := range map[string]int{"a": 12, "b": 1, "c": 2} {
@@ -49,22 +45,22 @@ func TestCreateTopicsCreatesMissingAndKeepsExisting(t *testing.T) {
 		require.Len(t, parts, want, "topic %s keeps its first partition count", topic)
 	}
 
-	_, err = embedkafka.CreateTopics(ctx, c.Brokers(), nil, embedkafka.Topic{Name: "d"})
+	_, err = turntest.CreateTopics(ctx, c.Brokers(), nil, turntest.Topic{Name: "d"})
 	require.ErrorContains(t, err, "0 partitions")
 }
 
 func TestTopicMaxMessageBytesAdmitsLargeRecords(t *testing.T) {
 	t.Parallel()
-	c := start(t, embedkafka.Options{})
+	c := start(t, turntest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const limit = 4 << 20
-	_, err := embedkafka.CreateTopics(ctx, c.Brokers(), nil,
-		embedkafka.Topic{Name: "big", Partitions: 1, Configs: map[string]string{"max.message.bytes": "4194304"}},
-		embedkafka.Topic{Name: "small", Partitions: 1})
+	_, err := turntest.CreateTopics(ctx, c.Brokers(), nil,
+		turntest.Topic{Name: "big", Partitions: 1, Configs: map[string]string{"max.message.bytes": "4194304"}},
+		turntest.Topic{Name: "small", Partitions: 1})
 	require.NoError(t, err)
 
-	sc := embedkafka.Config()
+	sc := turntest.Config()
 	sc.Producer.Return.Successes = true
 	sc.Producer.MaxMessageBytes = limit
 	sc.Producer.Retry.Max = 0
@@ -77,7 +73,7 @@ func TestTopicMaxMessageBytesAdmitsLargeRecords(t *testing.T) {
 	_, _, err = p.SendMessage(&sarama.ProducerMessage{Topic: "small", Value: sarama.ByteEncoder(value)})
 	require.ErrorIs(t, err, sarama.ErrMessageSizeTooLarge, "the default 1 MiB limit refuses it")
 
-	cons, err := sarama.NewConsumer(c.Brokers(), embedkafka.Config())
+	cons, err := sarama.NewConsumer(c.Brokers(), turntest.Config())
 	require.NoError(t, err)
 	defer cons.Close()
 	pc, err := cons.ConsumePartition("big", 0, sarama.OffsetOldest)
@@ -93,8 +89,8 @@ func TestTopicMaxMessageBytesAdmitsLargeRecords(t *testing.T) {
 
 func TestStartValidatesOptions(t *testing.T) {
 	t.Parallel()
-	_, err := embedkafka.Start(embedkafka.Options{Brokers: 6})
+	_, err := turntest.Start(turntest.Options{Brokers: 6})
 	require.ErrorContains(t, err, "Brokers")
-	_, err = embedkafka.Start(embedkafka.Options{MaxMessageBytes: -1})
+	_, err = turntest.Start(turntest.Options{MaxMessageBytes: -1})
 	require.ErrorContains(t, err, "MaxMessageBytes")
 }

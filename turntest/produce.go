@@ -1,4 +1,4 @@
-package kafkatest
+package turntest
 
 import (
 	"fmt"
@@ -25,7 +25,7 @@ func newHarnessPartitioner(topic string) sarama.Partitioner {
 func (p *harnessPartitioner) Partition(msg *sarama.ProducerMessage, numPartitions int32) (int32, error) {
 	if want, ok := msg.Metadata.(explicitPartition); ok {
 		if int32(want) < 0 || int32(want) >= numPartitions {
-			return -1, fmt.Errorf("kafkatest: partition %d out of range: topic %q has %d partitions",
+			return -1, fmt.Errorf("turntest: partition %d out of range: topic %q has %d partitions",
 				want, msg.Topic, numPartitions)
 		}
 		return int32(want), nil
@@ -52,7 +52,7 @@ func (c *Cluster) syncProducer(t testing.TB) sarama.SyncProducer {
 		c.producer, c.prodErr = sarama.NewSyncProducer(c.brokers, cfg)
 	}
 	if c.prodErr != nil {
-		t.Fatalf("kafkatest: idempotent producer: %v", c.prodErr)
+		t.Fatalf("turntest: idempotent producer: %v", c.prodErr)
 	}
 	return c.producer
 }
@@ -84,7 +84,7 @@ func (c *Cluster) send(t testing.TB, msg *sarama.ProducerMessage) (int32, int64)
 	t.Helper()
 	p, o, err := c.syncProducer(t).SendMessage(msg)
 	if err != nil {
-		t.Fatalf("kafkatest: produce to %q (key %q): %v", msg.Topic, keyString(msg), err)
+		t.Fatalf("turntest: produce to %q (key %q): %v", msg.Topic, keyString(msg), err)
 	}
 	return p, o
 }

@@ -1,4 +1,4 @@
-package kafkatest_test
+package turntest_test
 
 import (
 	"fmt"
@@ -9,18 +9,18 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/turnstile-go/turnstile/internal/kafkatest"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // kcat (librdkafka) and sarama read each other's records, keys and headers
 // through the cluster.
 func TestKcatRoundTrip(t *testing.T) {
 	t.Parallel()
-	c := kafkatest.Start(t, kafkatest.Options{})
+	c := turntest.NewCluster(t, turntest.Options{Brokers: 3})
 	topic := c.CreateTopic(t, "kcat", 3)
 
 	// kcat -> sarama
-	kafkatest.KcatInput(t, []byte("from-kcat\n"), "-b", c.BrokerList(), "-P", "-t", topic,
+	turntest.KcatInput(t, []byte("from-kcat\n"), "-b", c.BrokerList(), "-P", "-t", topic,
 		"-k", "conv-1", "-H", "tenant=acme", "-H", "trace=abc")
 	// sarama -> kcat
 	part, off := c.Produce(t, topic, "conv-2", []byte("from-sarama"), map[string]string{"tenant": "globex", "x": "y"})
@@ -31,12 +31,12 @@ func TestKcatRoundTrip(t *testing.T) {
 		if string(m.Value) == "from-kcat" {
 			fromKcat = true
 			require.Equal(t, "conv-1", string(m.Key))
-			require.Equal(t, map[string]string{"tenant": "acme", "trace": "abc"}, kafkatest.HeaderMap(m))
+			require.Equal(t, map[string]string{"tenant": "acme", "trace": "abc"}, turntest.HeaderMap(m))
 		}
 	}
 	require.True(t, fromKcat, "sarama did not read kcat's record: %v", values(got))
 
-	out := kafkatest.Kcat(t, "-b", c.BrokerList(), "-C", "-t", topic, "-e", "-q",
+	out := turntest.Kcat(t, "-b", c.BrokerList(), "-C", "-t", topic, "-e", "-q",
 		"-f", `%p|%o|%k|%s|%h\n`)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	require.Len(t, lines, 2, "kcat output:\n%s", out)
@@ -50,11 +50,11 @@ func TestKcatRoundTrip(t *testing.T) {
 // harness's: user-42 on 4 and order-1001 on 6 of 12 partitions.
 func TestKcatMurmur2Agrees(t *testing.T) {
 	t.Parallel()
-	c := kafkatest.Start(t, kafkatest.Options{})
+	c := turntest.NewCluster(t, turntest.Options{Brokers: 3})
 	topic := c.CreateTopic(t, "kcat-murmur", 12)
 	keys := []string{"user-42", "order-1001", "a", "ab", "abc", "abcd", "conversation-7f3a"}
 	for _, k := range keys {
-		kafkatest.KcatInput(t, []byte(k+"\n"), "-b", c.BrokerList(), "-P", "-t", topic, "-k", k,
+		turntest.KcatInput(t, []byte(k+"\n"), "-b", c.BrokerList(), "-P", "-t", topic, "-k", k,
 			"-X", "topic.partitioner=murmur2_random")
 	}
 	got := c.ReadAll(t, topic, len(keys), 30*time.Second)

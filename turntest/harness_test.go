@@ -1,4 +1,4 @@
-package kafkatest_test
+package turntest_test
 
 import (
 	"testing"
@@ -7,13 +7,13 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/stretchr/testify/require"
 
-	"github.com/turnstile-go/turnstile/internal/kafkatest"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // Bad input fails the test with a message; it never panics.
 func TestBadInputFails(t *testing.T) {
 	t.Parallel()
-	c := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	c := turntest.NewCluster(t, turntest.Options{Brokers: 1})
 
 	for _, tc := range []struct {
 		name string
@@ -35,7 +35,7 @@ func TestBadInputFails(t *testing.T) {
 	}
 
 	ft := &fakeT{TB: t}
-	ft.run(func() { kafkatest.Start(ft, kafkatest.Options{Brokers: 9}) })
+	ft.run(func() { turntest.NewCluster(ft, turntest.Options{Brokers: 9}) })
 	require.True(t, ft.failed)
 	require.Contains(t, ft.msg, "1 to 5")
 
@@ -48,7 +48,7 @@ func TestBadInputFails(t *testing.T) {
 // CommittedOffset says -1 for a group that committed nothing.
 func TestReadAllTimeoutAndNoCommit(t *testing.T) {
 	t.Parallel()
-	c := kafkatest.Start(t, kafkatest.Options{Brokers: 2})
+	c := turntest.NewCluster(t, turntest.Options{Brokers: 2})
 	topic := c.CreateTopic(t, "short", 2)
 	c.ProduceTo(t, topic, 1, "k", []byte("only"), nil)
 
@@ -65,12 +65,12 @@ func TestReadAllTimeoutAndNoCommit(t *testing.T) {
 // cluster standing in for a real one), and deletes the topics it created
 // when the test ends.
 func TestRealClusterMode(t *testing.T) {
-	outer := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
-	t.Setenv(kafkatest.EnvBrokers, outer.BrokerList())
+	outer := turntest.NewCluster(t, turntest.Options{Brokers: 1})
+	t.Setenv(turntest.EnvBrokers, outer.BrokerList())
 
 	var topic string
 	t.Run("inner", func(t *testing.T) {
-		c := kafkatest.Start(t, kafkatest.Options{})
+		c := turntest.NewCluster(t, turntest.Options{})
 		require.Nil(t, c.Fake())
 		require.Equal(t, outer.Brokers(), c.Brokers())
 		require.Equal(t, 10*time.Second, c.SessionTimeout())
@@ -90,11 +90,11 @@ func TestRealClusterMode(t *testing.T) {
 // An unreachable TURNSTILE_KAFKA_BROKERS skips the test, or fails it under
 // CI=true.
 func TestUnreachableBrokers(t *testing.T) {
-	t.Setenv(kafkatest.EnvBrokers, "127.0.0.1:1")
+	t.Setenv(turntest.EnvBrokers, "127.0.0.1:1")
 	for _, ci := range []string{"", "true"} {
 		t.Setenv("CI", ci)
 		ft := &fakeT{TB: t}
-		ft.run(func() { kafkatest.Start(ft, kafkatest.Options{}) })
+		ft.run(func() { turntest.NewCluster(ft, turntest.Options{}) })
 		require.Equal(t, ci == "true", ft.failed, "CI=%q", ci)
 		require.Equal(t, ci != "true", ft.skipped, "CI=%q", ci)
 		require.Contains(t, ft.msg, "cannot reach TURNSTILE_KAFKA_BROKERS=127.0.0.1:1")

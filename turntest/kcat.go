@@ -1,4 +1,4 @@
-package kafkatest
+package turntest
 
 import (
 	"bytes"
@@ -17,7 +17,7 @@ const KcatTimeout = 30 * time.Second
 func NeedKcat(t testing.TB) {
 	t.Helper()
 	if _, err := exec.LookPath("kcat"); err != nil {
-		missing(t, "kafkatest: kcat not found on PATH (apt-get install kcat): %v", err)
+		missing(t, "turntest: kcat not found on PATH (apt-get install kcat): %v", err)
 	}
 }
 
@@ -37,7 +37,7 @@ func KcatInput(t testing.TB, stdin []byte, args ...string) string {
 	t.Helper()
 	path, err := exec.LookPath("kcat")
 	if err != nil {
-		missing(t, "kafkatest: kcat not found on PATH (apt-get install kcat): %v", err)
+		missing(t, "turntest: kcat not found on PATH (apt-get install kcat): %v", err)
 		return ""
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), KcatTimeout)
@@ -49,10 +49,10 @@ func KcatInput(t testing.TB, stdin []byte, args ...string) string {
 	cmd.Stderr = &stderr
 	err = cmd.Run()
 	if ctx.Err() != nil {
-		t.Fatalf("kafkatest: kcat %s: no exit within %v; stderr: %s", strings.Join(args, " "), KcatTimeout, stderr.String())
+		t.Fatalf("turntest: kcat %s: no exit within %v; stderr: %s", strings.Join(args, " "), KcatTimeout, stderr.String())
 	}
 	if err != nil {
-		t.Fatalf("kafkatest: kcat %s: %v; stderr: %s", strings.Join(args, " "), err, stderr.String())
+		t.Fatalf("turntest: kcat %s: %v; stderr: %s", strings.Join(args, " "), err, stderr.String())
 	}
 	return stdout.String()
 }

@@ -1,4 +1,4 @@
-package kafkatest_test
+package turntest_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/stretchr/testify/require"
 
-	"github.com/turnstile-go/turnstile/internal/kafkatest"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // recorder is a ConsumerGroupHandler that hands every record to the test and
@@ -116,7 +116,7 @@ type member struct {
 	once   sync.Once
 }
 
-func startMember(t *testing.T, c *kafkatest.Cluster, groupID, topic string, rec *recorder) *member {
+func startMember(t *testing.T, c *turntest.Cluster, groupID, topic string, rec *recorder) *member {
 	t.Helper()
 	g, err := sarama.NewConsumerGroup(c.Brokers(), groupID, c.Config())
 	require.NoError(t, err)
@@ -163,7 +163,7 @@ func allPartitions(n int32) []int32 {
 // half of the 6 partitions.
 func TestGroupCommitsWhatWasMarked(t *testing.T) {
 	t.Parallel()
-	c := kafkatest.Start(t, kafkatest.Options{})
+	c := turntest.NewCluster(t, turntest.Options{Brokers: 3})
 	topic := c.CreateTopic(t, "group", 6)
 	group := c.Unique("g")
 	for p := range int32(6) {
@@ -251,7 +251,7 @@ func TestGroupCommitsWhatWasMarked(t *testing.T) {
 // timeout (heartbeats go on), and ResumeAll picks up where it stopped.
 func TestGroupPauseResume(t *testing.T) {
 	t.Parallel()
-	c := kafkatest.Start(t, kafkatest.Options{})
+	c := turntest.NewCluster(t, turntest.Options{Brokers: 3})
 	topic := c.CreateTopic(t, "pause", 3)
 	group := c.Unique("g")
 	for p := range int32(3) {

@@ -1,20 +1,4 @@
-// Package kafkatest is the Kafka harness of turnstile's tests.
-//
-// [Start] gives a test a cluster: by default an in-process kfake cluster
-// (github.com/twmb/franz-go/pkg/kfake) that sarama reaches over TCP on
-// 127.0.0.1, or, when the environment variable TURNSTILE_KAFKA_BROKERS holds
-// a comma separated list of host:port, a real cluster. Tests are written the
-// same way for both: they create their topics with [Cluster.CreateTopic] and
-// name groups and transactional ids with [Cluster.Unique], so that parallel
-// tests and repeated runs never share state on a real cluster.
-//
-// The helpers fail the test (t.Fatalf) on error, so call them from the test's
-// own goroutine, never from a goroutine it started.
-//
-// A test that needs a service it cannot find skips with the reason; under CI
-// (CI=true) it fails instead. kfake is always available, so this concerns a
-// TURNSTILE_KAFKA_BROKERS that cannot be reached and a missing kcat binary.
-package kafkatest
+package turntest
 
 import (
 	"crypto/rand"
@@ -22,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -31,7 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
-// Environment variables read by [Start].
+// Environment variables read by [NewCluster].
 const (
 	// EnvBrokers names a real cluster to use instead of kfake: a comma
 	// separated list of host:port (plaintext, no authentication).
@@ -44,18 +29,28 @@ const (
 	EnvDebug = "TURNSTILE_KAFKA_DEBUG"
 )
 
-// DefaultVersion is the Kafka protocol version [Cluster.Config] sets. kfake
+// Version is the Kafka protocol version [Cluster.Config] and [Config] set. kfake
 // serves the APIs of Kafka 4.x but refuses the oldest request versions
 // (Produce < v3, Fetch < v4); sarama at 3.6 speaks versions kfake accepts,
 // has cooperative rebalancing (>= 2.4), idempotence and transactions with
 // KIP-447 group metadata (>= 2.5).
-var DefaultVersion = sarama.V3_6_0_0
+var Version = sarama.V3_6_0_0
 
-// Options configure [Start]. The zero value is a good default.
+// Options configure [Start] and [NewCluster]. The zero value is a good default.
 type Options struct {
-	// Brokers is the number of in-process kfake brokers, 1 to 5; 0 means 3.
-	// Ignored for a real cluster.
+	// Brokers is the number of in-process kfake brokers, 1 to 5; 0 means 1. Ignored for a
+	// real cluster.
 	Brokers int
+
+	// MaxMessageBytes sets the kfake brokers' message.max.bytes: the largest record batch a
+	// producer may send, in bytes, unless a topic's max.message.bytes overrides it. 0 keeps
+	// Kafka's default of 1048588 (1 MiB plus the batch overhead). Ignored for a real cluster.
+	MaxMessageBytes int
+
+	// GroupMinSessionTimeout is the smallest consumer group session timeout the kfake brokers
+	// accept (group.min.session.timeout.ms); 0 means 10 ms, so tests may use short sessions.
+	// A real broker's default is 6 s.
+	GroupMinSessionTimeout time.Duration
 
 	// SessionTimeout is the consumer group session timeout that
 	// [Cluster.Config] sets; 0 means 1s on kfake and 10s on a real cluster
@@ -70,8 +65,8 @@ type Options struct {
 	RebalanceTimeout time.Duration
 }
 
-// Cluster is a Kafka cluster for one test. It closes, with everything the
-// harness opened on it, when the test that started it ends.
+// Cluster is a Kafka cluster: an in-process kfake cluster that [Start] or [NewCluster]
+// started, or a real one that [NewCluster] reached through TURNSTILE_KAFKA_BROKERS.
 type Cluster struct {
 	brokers []string
 	fake    *kfake.Cluster // nil for a real cluster
@@ -80,6 +75,7 @@ type Cluster struct {
 	sessionTimeout   time.Duration
 	rebalanceTimeout time.Duration
 
+	adminMu sync.Mutex // guards admin
 	admin   sarama.ClusterAdmin
 	mu      sync.Mutex // guards created
 	created []string   // topics to delete at cleanup on a real cluster
@@ -87,16 +83,82 @@ type Cluster struct {
 	prodMu   sync.Mutex
 	producer sarama.SyncProducer
 	prodErr  error
+
+	closeOnce sync.Once
 }
 
 var debugOnce sync.Once
 
-// Start returns a cluster for t, closed by t.Cleanup. With
+func newCluster(opts Options) *Cluster {
+	c := &Cluster{
+		version:          Version,
+		sessionTimeout:   opts.SessionTimeout,
+		rebalanceTimeout: opts.RebalanceTimeout,
+	}
+	if c.rebalanceTimeout <= 0 {
+		c.rebalanceTimeout = 5 * time.Second
+	}
+	return c
+}
+
+// startFake starts kfake on 127.0.0.1 for c, one free port per broker.
+func (c *Cluster) startFake(opts Options, debug bool) error {
+	n := opts.Brokers
+	if n == 0 {
+		n = 1
+	}
+	if n < 1 || n > 5 {
+		return fmt.Errorf("turntest: Options.Brokers = %d, want 1 to 5", opts.Brokers)
+	}
+	if opts.MaxMessageBytes < 0 {
+		return fmt.Errorf("turntest: Options.MaxMessageBytes = %d is negative", opts.MaxMessageBytes)
+	}
+	minSession := opts.GroupMinSessionTimeout
+	if minSession <= 0 {
+		minSession = 10 * time.Millisecond
+	}
+	if c.sessionTimeout <= 0 {
+		c.sessionTimeout = time.Second
+	}
+	kopts := []kfake.Opt{
+		kfake.NumBrokers(n),
+		// Classic groups refuse a JoinGroup whose session timeout is below this; Kafka's
+		// default is 6s. kfake does not create topics on first use: a typo fails instead.
+		kfake.GroupMinSessionTimeout(minSession),
+	}
+	if opts.MaxMessageBytes > 0 {
+		kopts = append(kopts, kfake.BrokerConfigs(map[string]string{"message.max.bytes": strconv.Itoa(opts.MaxMessageBytes)}))
+	}
+	if debug {
+		kopts = append(kopts, kfake.WithLogger(kfake.BasicLogger(os.Stderr, kfake.LogLevelWarn)))
+	}
+	fake, err := kfake.NewCluster(kopts...)
+	if err != nil {
+		return fmt.Errorf("turntest: start kfake: %w", err)
+	}
+	c.fake = fake
+	c.brokers = fake.ListenAddrs()
+	return nil
+}
+
+// Start starts an in-process kfake cluster on 127.0.0.1 for a program (the examples run on
+// it); a test uses [NewCluster]. Close it when done. kfake does not create topics on first
+// use: create them with [CreateTopics] or [Cluster.CreateTopic]. Errors: Options out of range,
+// kfake failing to listen.
+func Start(opts Options) (*Cluster, error) {
+	c := newCluster(opts)
+	if err := c.startFake(opts, os.Getenv(EnvDebug) != ""); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// NewCluster returns a cluster for t, closed by t.Cleanup. With
 // TURNSTILE_KAFKA_BROKERS set it connects to that cluster (skipping the
 // test, or failing it under CI=true, when the brokers cannot be reached);
 // otherwise it starts kfake on 127.0.0.1 with opts.Brokers brokers and a
 // group minimum session timeout low enough for fast group tests.
-func Start(t testing.TB, opts Options) *Cluster {
+func NewCluster(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	debug := os.Getenv(EnvDebug) != ""
 	if debug {
@@ -104,19 +166,11 @@ func Start(t testing.TB, opts Options) *Cluster {
 			sarama.Logger = logWriter{}
 		})
 	}
-
-	c := &Cluster{
-		version:          DefaultVersion,
-		sessionTimeout:   opts.SessionTimeout,
-		rebalanceTimeout: opts.RebalanceTimeout,
-	}
-	if c.rebalanceTimeout <= 0 {
-		c.rebalanceTimeout = 5 * time.Second
-	}
+	c := newCluster(opts)
 	if v := os.Getenv(EnvVersion); v != "" {
 		parsed, err := sarama.ParseKafkaVersion(v)
 		if err != nil {
-			t.Fatalf("kafkatest: %s=%q: %v", EnvVersion, v, err)
+			t.Fatalf("turntest: %s=%q: %v", EnvVersion, v, err)
 		}
 		c.version = parsed
 	}
@@ -128,81 +182,82 @@ func Start(t testing.TB, opts Options) *Cluster {
 			}
 		}
 		if len(c.brokers) == 0 {
-			t.Fatalf("kafkatest: %s=%q names no broker", EnvBrokers, env)
+			t.Fatalf("turntest: %s=%q names no broker", EnvBrokers, env)
 		}
 		if c.sessionTimeout <= 0 {
 			c.sessionTimeout = 10 * time.Second
 		}
-	} else {
-		n := opts.Brokers
-		if n == 0 {
-			n = 3
-		}
-		if n < 1 || n > 5 {
-			t.Fatalf("kafkatest: Options.Brokers = %d, want 1 to 5", opts.Brokers)
-		}
-		if c.sessionTimeout <= 0 {
-			c.sessionTimeout = time.Second
-		}
-		kopts := []kfake.Opt{
-			// Each broker listens on 127.0.0.1 on a free port.
-			kfake.NumBrokers(n),
-			// Classic groups refuse a JoinGroup whose session timeout is
-			// below this; the default is 6s, like a real broker.
-			kfake.GroupMinSessionTimeout(10 * time.Millisecond),
-			// kfake does not auto create topics (AllowAutoTopicCreation
-			// is off): a topic name with a typo fails instead.
-		}
-		if debug {
-			kopts = append(kopts, kfake.WithLogger(kfake.BasicLogger(os.Stderr, kfake.LogLevelWarn)))
-		}
-		fake, err := kfake.NewCluster(kopts...)
-		if err != nil {
-			t.Fatalf("kafkatest: start kfake: %v", err)
-		}
-		c.fake = fake
-		c.brokers = fake.ListenAddrs()
+	} else if err := c.startFake(opts, debug); err != nil {
+		t.Fatalf("%v", err)
 	}
 
 	admin, err := sarama.NewClusterAdmin(c.brokers, c.Config())
 	if err != nil {
 		if c.fake != nil {
 			c.fake.Close()
-			t.Fatalf("kafkatest: connect to kfake at %v: %v", c.brokers, err)
+			t.Fatalf("turntest: connect to kfake at %v: %v", c.brokers, err)
 		}
-		missing(t, "kafkatest: cannot reach %s=%s: %v", EnvBrokers, strings.Join(c.brokers, ","), err)
+		missing(t, "turntest: cannot reach %s=%s: %v", EnvBrokers, strings.Join(c.brokers, ","), err)
 		return nil // unreachable: missing ends the test
 	}
 	c.admin = admin
-	t.Cleanup(func() { c.close(t) })
+	t.Cleanup(func() { c.close(t.Logf) })
 	return c
 }
 
-func (c *Cluster) close(t testing.TB) {
-	c.prodMu.Lock()
-	if c.producer != nil {
-		if err := c.producer.Close(); err != nil {
-			t.Logf("kafkatest: close producer: %v", err)
+// clusterAdmin returns the cluster's admin client, made on first use.
+func (c *Cluster) clusterAdmin() (sarama.ClusterAdmin, error) {
+	c.adminMu.Lock()
+	defer c.adminMu.Unlock()
+	if c.admin == nil {
+		admin, err := sarama.NewClusterAdmin(c.brokers, c.Config())
+		if err != nil {
+			return nil, err
 		}
-		c.producer = nil
+		c.admin = admin
 	}
-	c.prodMu.Unlock()
+	return c.admin, nil
+}
 
-	c.mu.Lock()
-	created := c.created
-	c.created = nil
-	c.mu.Unlock()
-	for _, topic := range created {
-		if err := c.admin.DeleteTopic(topic); err != nil {
-			t.Logf("kafkatest: delete topic %q: %v", topic, err)
+// Close closes what the cluster's helpers opened and, for kfake, stops the brokers and drops
+// every record; clients still connected see their connections close. A cluster from
+// [NewCluster] is closed by the test's cleanup; closing it earlier is allowed. Close is
+// idempotent.
+func (c *Cluster) Close() { c.close(func(string, ...any) {}) }
+
+func (c *Cluster) close(logf func(string, ...any)) {
+	c.closeOnce.Do(func() {
+		c.prodMu.Lock()
+		if c.producer != nil {
+			if err := c.producer.Close(); err != nil {
+				logf("turntest: close producer: %v", err)
+			}
+			c.producer = nil
 		}
-	}
-	if err := c.admin.Close(); err != nil {
-		t.Logf("kafkatest: close admin: %v", err)
-	}
-	if c.fake != nil {
-		c.fake.Close()
-	}
+		c.prodMu.Unlock()
+
+		c.mu.Lock()
+		created := c.created
+		c.created = nil
+		c.mu.Unlock()
+		c.adminMu.Lock()
+		admin := c.admin
+		c.admin = nil
+		c.adminMu.Unlock()
+		for _, topic := range created {
+			if err := admin.DeleteTopic(topic); err != nil {
+				logf("turntest: delete topic %q: %v", topic, err)
+			}
+		}
+		if admin != nil {
+			if err := admin.Close(); err != nil {
+				logf("turntest: close admin: %v", err)
+			}
+		}
+		if c.fake != nil {
+			c.fake.Close()
+		}
+	})
 }
 
 // Brokers returns the bootstrap addresses (host:port) of the cluster. The
@@ -246,15 +301,19 @@ func (c *Cluster) Unique(prefix string) string {
 func (c *Cluster) CreateTopic(t testing.TB, name string, partitions int32) string {
 	t.Helper()
 	if name == "" || len(name) > 200 || !validName.MatchString(name) {
-		t.Fatalf("kafkatest: CreateTopic(%q): a name is 1 to 200 of [a-zA-Z0-9._-]", name)
+		t.Fatalf("turntest: CreateTopic(%q): a name is 1 to 200 of [a-zA-Z0-9._-]", name)
 	}
 	if partitions < 1 || partitions > 10000 {
-		t.Fatalf("kafkatest: CreateTopic(%q, %d): partitions must be 1 to 10000", name, partitions)
+		t.Fatalf("turntest: CreateTopic(%q, %d): partitions must be 1 to 10000", name, partitions)
 	}
 	topic := c.Unique(name)
 	detail := &sarama.TopicDetail{NumPartitions: partitions, ReplicationFactor: -1}
-	if err := c.admin.CreateTopic(topic, detail, false); err != nil {
-		t.Fatalf("kafkatest: create topic %q with %d partitions: %v", topic, partitions, err)
+	admin, err := c.clusterAdmin()
+	if err != nil {
+		t.Fatalf("turntest: admin client: %v", err)
+	}
+	if err := admin.CreateTopic(topic, detail, false); err != nil {
+		t.Fatalf("turntest: create topic %q with %d partitions: %v", topic, partitions, err)
 	}
 	if c.fake == nil {
 		c.mu.Lock()
@@ -265,7 +324,7 @@ func (c *Cluster) CreateTopic(t testing.TB, name string, partitions int32) strin
 	// A real cluster publishes a new topic's metadata a little later.
 	client, err := sarama.NewClient(c.brokers, c.Config())
 	if err != nil {
-		t.Fatalf("kafkatest: client for %q: %v", topic, err)
+		t.Fatalf("turntest: client for %q: %v", topic, err)
 	}
 	defer client.Close()
 	deadline := time.Now().Add(30 * time.Second)
@@ -275,7 +334,7 @@ func (c *Cluster) CreateTopic(t testing.TB, name string, partitions int32) strin
 			return topic
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("kafkatest: topic %q not ready after 30s: %v", topic, err)
+			t.Fatalf("turntest: topic %q not ready after 30s: %v", topic, err)
 		}
 		time.Sleep(50 * time.Millisecond) // poll interval, not an assertion
 	}

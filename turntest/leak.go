@@ -1,4 +1,4 @@
-package kafkatest
+package turntest
 
 import "go.uber.org/goleak"
 
@@ -6,7 +6,7 @@ import "go.uber.org/goleak"
 // dependencies start once per process and never stop (the go-metrics meter
 // arbiter). A test package that uses this harness checks for leaks with
 //
-//	func TestMain(m *testing.M) { goleak.VerifyTestMain(m, kafkatest.LeakOptions()...) }
+//	func TestMain(m *testing.M) { goleak.VerifyTestMain(m, turntest.LeakOptions()...) }
 func LeakOptions() []goleak.Option {
 	return []goleak.Option{
 		goleak.IgnoreTopFunction("github.com/rcrowley/go-metrics.(*meterArbiter).tick"),

@@ -1,4 +1,4 @@
-package kafkatest_test
+package turntest_test
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/stretchr/testify/require"
 
-	"github.com/turnstile-go/turnstile/internal/kafkatest"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 func values(msgs []*sarama.ConsumerMessage) []string {
@@ -37,7 +37,7 @@ func txn(t *testing.T, p sarama.SyncProducer, topic string, commit bool, vals ..
 // only committed records, read_uncommitted readers see both.
 func TestTransactionsCommitAndAbort(t *testing.T) {
 	t.Parallel()
-	c := kafkatest.Start(t, kafkatest.Options{})
+	c := turntest.NewCluster(t, turntest.Options{})
 	topic := c.CreateTopic(t, "txn", 1)
 
 	p, err := sarama.NewSyncProducer(c.Brokers(), c.TransactionalConfig(""))
@@ -61,7 +61,7 @@ func TestTransactionsCommitAndAbort(t *testing.T) {
 // Offsets sent to a transaction are committed with it, or not at all.
 func TestTransactionsCommitOffsets(t *testing.T) {
 	t.Parallel()
-	c := kafkatest.Start(t, kafkatest.Options{})
+	c := turntest.NewCluster(t, turntest.Options{})
 	in := c.CreateTopic(t, "in", 1)
 	out := c.CreateTopic(t, "out", 1)
 	group := c.Unique("g")
@@ -98,7 +98,7 @@ func TestTransactionsCommitOffsets(t *testing.T) {
 // zombie's transaction fails and is never visible.
 func TestTransactionsFencing(t *testing.T) {
 	t.Parallel()
-	c := kafkatest.Start(t, kafkatest.Options{})
+	c := turntest.NewCluster(t, turntest.Options{})
 	topic := c.CreateTopic(t, "fence", 1)
 	id := c.Unique("txn")
 

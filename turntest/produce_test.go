@@ -1,4 +1,4 @@
-package kafkatest_test
+package turntest_test
 
 import (
 	"fmt"
@@ -10,14 +10,14 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/stretchr/testify/require"
 
-	"github.com/turnstile-go/turnstile/internal/kafkatest"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // An idempotent producer configured as the project's producers are writes
 // every record once, in order, with contiguous offsets.
 func TestIdempotentProducer(t *testing.T) {
 	t.Parallel()
-	c := kafkatest.Start(t, kafkatest.Options{})
+	c := turntest.NewCluster(t, turntest.Options{Brokers: 3})
 	topic := c.CreateTopic(t, "idem", 3)
 
 	cfg := c.ProducerConfig()
@@ -64,7 +64,7 @@ func TestIdempotentProducer(t *testing.T) {
 		if string(m.Value) == "last" {
 			require.Equal(t, part, m.Partition)
 			require.Equal(t, off, m.Offset)
-			require.Equal(t, map[string]string{"h": "1"}, kafkatest.HeaderMap(m))
+			require.Equal(t, map[string]string{"h": "1"}, turntest.HeaderMap(m))
 		}
 	}
 	// One key, one partition.
@@ -82,7 +82,7 @@ func TestIdempotentProducer(t *testing.T) {
 // refuses a partition the topic does not have.
 func TestProduceTo(t *testing.T) {
 	t.Parallel()
-	c := kafkatest.Start(t, kafkatest.Options{Brokers: 1})
+	c := turntest.NewCluster(t, turntest.Options{Brokers: 1})
 	topic := c.CreateTopic(t, "to", 4)
 	for p := range int32(4) {
 		require.Equal(t, int64(0), c.ProduceTo(t, topic, p, "same-key", []byte{byte(p)}, nil))
@@ -145,7 +145,7 @@ func TestMurmur2Placement(t *testing.T) {
 	require.Equal(t, int32(4), javaPartition("user-42", 12))
 	require.Equal(t, int32(6), javaPartition("order-1001", 12))
 
-	c := kafkatest.Start(t, kafkatest.Options{})
+	c := turntest.NewCluster(t, turntest.Options{Brokers: 3})
 	topic := c.CreateTopic(t, "murmur", 12)
 	p, _ := c.Produce(t, topic, "user-42", []byte("a"), nil)
 	require.Equal(t, int32(4), p)

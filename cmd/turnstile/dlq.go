@@ -1,0 +1,317 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/turnstile-go/turnstile/deadletter"
+)
+
+const dlqListUsage = `
+Lists the dead letters of a dead-letter topic, from its oldest record to its end: when,
+request id, attempts, source (topic/partition/offset), age and reason.
+
+Examples:
+  turnstile dlq list --brokers kafka:9092 --topic agent.requests.dlq
+  turnstile dlq list --brokers kafka:9092 --topic agent.requests.dlq --reason "bug 42" --since 24h
+  turnstile dlq list --brokers kafka:9092 --topic agent.requests.dlq --request-id 0b9c... --json
+`
+
+const dlqShowUsage = `
+Shows dead letters in full: every header and the request's value. Select them by request id,
+or by the dead letter's own partition and offset.
+
+Examples:
+  turnstile dlq show --brokers kafka:9092 --topic agent.requests.dlq --request-id 0b9c6f55-...
+  turnstile dlq show --brokers kafka:9092 --topic agent.requests.dlq --partition 2 --offset 17 --json
+`
+
+const dlqRedriveUsage = `
+Re-drives dead letters once the cause is fixed: each request's inbox entry becomes runnable
+again, with fresh attempts (its earlier reason stays in the entry's audit, with --note), and
+the request record is published again to its source partition of the requests topic, with
+its key and headers. A dead letter whose value was dropped (too large) is re-driven from its
+source record. Re-driving twice runs a request once: a request already answered is skipped.
+Give at least one filter, or --all. --dry-run lists what would be re-driven.
+
+Examples:
+  turnstile dlq redrive --brokers kafka:9092 --topic agent.requests.dlq \
+      --db postgres://turnstile@db:5432/agent --reason "bug 42" --note "fixed in v1.4 (ops: ada)"
+  turnstile dlq redrive --brokers kafka:9092 --topic agent.requests.dlq \
+      --db sqlite:/var/lib/agent/turnstile.db --request-id 0b9c6f55-... --dry-run
+`
+
+// filterFlags adds the dead-letter filters to f.
+func filterFlags(f *flags) func() deadletter.Filter {
+	var (
+		filter          deadletter.Filter
+		srcPart, part   optInt32
+		srcOff, off     optInt64
+		since, until    timeFlag
+		requestID, what string
+	)
+	f.StringVar(&requestID, "request-id", "", "only the dead letters of this request id")
+	f.StringVar(&what, "reason", "", "only the dead letters whose reason contains this text")
+	f.Var(&srcPart, "source-partition", "only those whose request came from this partition")
+	f.Var(&srcOff, "source-offset", "only those whose request came from this offset")
+	f.Var(&part, "partition", "only the dead letters in this partition of the dead-letter topic")
+	f.Var(&off, "offset", "only the dead letter at this offset of the dead-letter topic")
+	f.Var(&since, "since", "only those dead-lettered at or after this time (RFC 3339, or a duration ago: 24h)")
+	f.Var(&until, "until", "only those dead-lettered before this time (RFC 3339, or a duration ago)")
+	return func() deadletter.Filter {
+		filter = deadletter.Filter{RequestID: requestID, Reason: what, SourcePartition: srcPart.v, SourceOffset: srcOff.v,
+			Partition: part.v, Offset: off.v, Since: since.t, Until: until.t}
+		return filter
+	}
+}
+
+func empty(f deadletter.Filter) bool {
+	return f.RequestID == "" && f.Reason == "" && f.SourcePartition == nil && f.SourceOffset == nil &&
+		f.Partition == nil && f.Offset == nil && f.Since.IsZero() && f.Until.IsZero()
+}
+
+// readLetters parses the dlq flags and reads the dead letters they select.
+func readLetters(ctx context.Context, f *flags, topic *string, filter func() deadletter.Filter, args []string) ([]deadletter.Letter, deadletter.Filter, func(), error) {
+	if err := f.parse(args); err != nil {
+		return nil, deadletter.Filter{}, nil, err
+	}
+	if err := f.require("topic"); err != nil {
+		return nil, deadletter.Filter{}, nil, err
+	}
+	client, err := f.kafka()
+	if err != nil {
+		return nil, deadletter.Filter{}, nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, *f.timeout)
+	defer cancel()
+	fl := filter()
+	letters, err := deadletter.Read(ctx, client, *topic, fl)
+	if err != nil {
+		client.Close()
+		return nil, fl, nil, err
+	}
+	return letters, fl, func() { client.Close() }, nil
+}
+
+// letterJSON is a dead letter as the CLI prints it.
+type letterJSON struct {
+	ID             string            `json:"id"`
+	Time           time.Time         `json:"time"`
+	RequestID      string            `json:"request_id,omitempty"`
+	ConversationID string            `json:"conversation_id,omitempty"`
+	Reason         string            `json:"reason"`
+	Error          string            `json:"error,omitempty"`
+	Attempts       int               `json:"attempts"`
+	Source         string            `json:"source"`
+	AgeSeconds     int64             `json:"age_seconds"`
+	ValueDropped   string            `json:"value_dropped,omitempty"`
+	Headers        map[string]string `json:"headers,omitempty"`
+	Key            string            `json:"key,omitempty"`
+	Value          string            `json:"value,omitempty"`
+}
+
+func toJSON(l deadletter.Letter, full bool) letterJSON {
+	j := letterJSON{ID: l.ID(), Time: l.Timestamp.UTC(), RequestID: l.RequestID, ConversationID: l.ConversationID,
+		Reason: l.Reason, Error: l.Error, Attempts: l.Attempts, Source: source(l),
+		AgeSeconds: int64(time.Since(l.Timestamp) / time.Second), ValueDropped: l.ValueDropped}
+	if full {
+		j.Key, j.Value = printable(l.Key), printable(l.Value)
+		if len(l.Headers) > 0 {
+			j.Headers = map[string]string{}
+			for _, h := range l.Headers {
+				j.Headers[string(h.Key)] = printable(h.Value)
+			}
+		}
+	}
+	return j
+}
+
+func source(l deadletter.Letter) string {
+	if l.Source.Offset < 0 {
+		return "?"
+	}
+	return fmt.Sprintf("%s/%d/%d", l.Source.Topic, l.Source.Partition, l.Source.Offset)
+}
+
+func printable(b []byte) string {
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	return fmt.Sprintf("<%d bytes, not UTF-8>", len(b))
+}
+
+func age(t time.Time) string {
+	d := time.Since(t).Round(time.Second)
+	switch {
+	case d >= 48*time.Hour:
+		return fmt.Sprintf("%dd", int(d.Hours()/24))
+	case d >= time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return d.String()
+}
+
+func clipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+func dlqList(ctx context.Context, e *env, args []string) error {
+	f := newFlags(e, "dlq list", dlqListUsage).withKafka().withJSON()
+	topic := f.String("topic", "", "the dead-letter topic (required)")
+	filter := filterFlags(f)
+	letters, _, done, err := readLetters(ctx, f, topic, filter, args)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if *f.json {
+		out := make([]letterJSON, 0, len(letters))
+		for _, l := range letters {
+			out = append(out, toJSON(l, false))
+		}
+		return printJSON(e.stdout, out)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "DEAD LETTER\tREQUEST ID\tATTEMPTS\tSOURCE\tAGE\tREASON")
+	for _, l := range letters {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", l.ID(), l.RequestID, l.Attempts, source(l), age(l.Timestamp), clipText(l.Reason, 100))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stderr, "%d dead letters\n", len(letters))
+	return nil
+}
+
+func dlqShow(ctx context.Context, e *env, args []string) error {
+	f := newFlags(e, "dlq show", dlqShowUsage).withKafka().withJSON()
+	topic := f.String("topic", "", "the dead-letter topic (required)")
+	filter := filterFlags(f)
+	letters, fl, done, err := readLetters(ctx, f, topic, filter, args)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if fl.RequestID == "" && (fl.Partition == nil || fl.Offset == nil) {
+		return usagef("give --request-id, or --partition and --offset")
+	}
+	if len(letters) == 0 {
+		return fmt.Errorf("%w: no dead letter matches", errNotFound)
+	}
+	if *f.json {
+		out := make([]letterJSON, 0, len(letters))
+		for _, l := range letters {
+			out = append(out, toJSON(l, true))
+		}
+		return printJSON(e.stdout, out)
+	}
+	for i, l := range letters {
+		if i > 0 {
+			fmt.Fprintln(e.stdout)
+		}
+		j := toJSON(l, true)
+		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		for _, kv := range [][2]string{{"dead letter", j.ID}, {"time", j.Time.Format(time.RFC3339)}, {"request id", j.RequestID},
+			{"conversation", j.ConversationID}, {"attempts", fmt.Sprint(j.Attempts)}, {"source", j.Source},
+			{"reason", j.Reason}, {"error", j.Error}, {"value dropped", j.ValueDropped}, {"key", j.Key}} {
+			if kv[1] != "" {
+				fmt.Fprintf(tw, "%s:\t%s\n", kv[0], kv[1])
+			}
+		}
+		for k, v := range j.Headers {
+			fmt.Fprintf(tw, "header %s:\t%s\n", k, v)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if j.Value != "" {
+			fmt.Fprintf(e.stdout, "value:\n%s\n", j.Value)
+		}
+	}
+	return nil
+}
+
+func dlqRedrive(ctx context.Context, e *env, args []string) error {
+	f := newFlags(e, "dlq redrive", dlqRedriveUsage).withKafka().withDB().withApp().withJSON()
+	topic := f.String("topic", "", "the dead-letter topic (required)")
+	requests := f.String("requests-topic", "", "publish to this topic instead of each dead letter's source topic")
+	note := f.String("note", "", "kept in each inbox entry's audit: who re-drove it and why")
+	all := f.Bool("all", false, "re-drive every dead letter of the topic (without a filter)")
+	dry := f.Bool("dry-run", false, "list what would be re-driven and change nothing")
+	filter := filterFlags(f)
+	letters, fl, done, err := readLetters(ctx, f, topic, filter, args)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if empty(fl) && !*all {
+		return usagef("give a filter (--request-id, --reason, ...) or --all")
+	}
+	if *dry {
+		for _, l := range letters {
+			fmt.Fprintf(e.stdout, "would re-drive %s (request %s, source %s): %s\n", l.ID(), l.RequestID, source(l), clipText(l.Reason, 100))
+		}
+		fmt.Fprintf(e.stderr, "%d dead letters would be re-driven\n", len(letters))
+		return nil
+	}
+	db, _, ib, err := f.stores()
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	client, err := f.kafka()
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	rctx, cancel := context.WithTimeout(ctx, *f.timeout)
+	defer cancel()
+	outcomes, err := deadletter.Redrive(rctx, deadletter.Options{Client: client, Inbox: ib, App: *f.app,
+		RequestsTopic: *requests, Note: *note, Logger: discard}, letters)
+	if err != nil {
+		return err
+	}
+	type row struct {
+		ID        string `json:"id"`
+		RequestID string `json:"request_id,omitempty"`
+		Action    string `json:"action,omitempty"`
+		To        string `json:"published_to,omitempty"`
+		Error     string `json:"error,omitempty"`
+	}
+	rows := make([]row, 0, len(outcomes))
+	failed := 0
+	for _, o := range outcomes {
+		r := row{ID: o.Letter.ID(), RequestID: o.Letter.RequestID, Action: string(o.Action)}
+		if o.Err != nil {
+			r.Action, r.Error = "", o.Err.Error()
+			failed++
+		} else if o.Action == deadletter.Redriven || o.Action == deadletter.Republished {
+			r.To = fmt.Sprintf("%d/%d", o.Partition, o.Offset)
+		}
+		rows = append(rows, r)
+	}
+	if *f.json {
+		if err := printJSON(e.stdout, rows); err != nil {
+			return err
+		}
+	} else {
+		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "DEAD LETTER\tREQUEST ID\tACTION\tPUBLISHED TO\tERROR")
+		for _, r := range rows {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.RequestID, r.Action, r.To, r.Error)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d dead letters not re-driven", failed, len(outcomes))
+	}
+	return nil
+}

@@ -1,0 +1,267 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/IBM/sarama"
+)
+
+const replayUsage = `
+Copies recorded requests from the requests topic into a sandbox requests topic, for a
+sandbox service to run them (a consumer with consumer.Config.Replay, its own group, stores
+and results topic; its model sees turn.Input.Replay). Records keep their key, value,
+headers and partition index, and get a replayed-from header. It copies each partition from
+--from-offset, or from its first record at or after --from-time, up to its end when the
+copy began. It refuses to write to the requests topic or to a --production-topic.
+
+Examples:
+  turnstile replay --brokers kafka:9092 --from agent.requests --to sandbox.requests --from-time 24h \
+      --production-topic agent.results --production-topic agent.requests.dlq
+  turnstile replay --brokers kafka:9092 --from agent.requests --to sandbox.requests --from-offset 0 \
+      --conversation c-7731
+`
+
+const lagUsage = `
+Shows, per partition of a topic, the offset a consumer group committed (the next to read),
+the end offset (the next to be written) and the lag between them. A partition the group
+never committed shows "-" and the whole partition as lag (a new group reads from the oldest
+record, as turnstile's consumer does).
+
+Examples:
+  turnstile lag --brokers kafka:9092 --group agent --topic agent.requests
+  turnstile lag --brokers kafka:9092 --group agent --topic agent.requests --json
+`
+
+// HeaderReplayedFrom is the header replay adds to each copied record: "TOPIC/PARTITION/OFFSET".
+const headerReplayedFrom = "replayed-from"
+
+type partitionLag struct {
+	Partition int32 `json:"partition"`
+	Committed int64 `json:"committed"` // -1: none
+	End       int64 `json:"end"`
+	Lag       int64 `json:"lag"`
+}
+
+// groupLag reads group's committed offsets and topic's end offsets.
+func groupLag(client sarama.Client, admin sarama.ClusterAdmin, group, topic string) ([]partitionLag, error) {
+	parts, err := client.Partitions(topic)
+	if err != nil {
+		return nil, fmt.Errorf("topic %q: %w", topic, err)
+	}
+	resp, err := admin.ListConsumerGroupOffsets(group, map[string][]int32{topic: parts})
+	if err != nil && !errors.Is(err, sarama.ErrGroupIDNotFound) {
+		return nil, fmt.Errorf("committed offsets of group %q: %w", group, err)
+	}
+	out := make([]partitionLag, 0, len(parts))
+	for _, p := range parts {
+		pl := partitionLag{Partition: p, Committed: -1}
+		if resp != nil {
+			if b := resp.GetBlock(topic, p); b != nil && b.Err == sarama.ErrNoError && b.Offset >= 0 {
+				pl.Committed = b.Offset
+			}
+		}
+		if pl.End, err = client.GetOffset(topic, p, sarama.OffsetNewest); err != nil {
+			return nil, fmt.Errorf("end offset of %s/%d: %w", topic, p, err)
+		}
+		from := pl.Committed
+		if from < 0 {
+			if from, err = client.GetOffset(topic, p, sarama.OffsetOldest); err != nil {
+				return nil, fmt.Errorf("oldest offset of %s/%d: %w", topic, p, err)
+			}
+		}
+		pl.Lag = max(0, pl.End-from)
+		out = append(out, pl)
+	}
+	return out, nil
+}
+
+func lagCmd(_ context.Context, e *env, args []string) error {
+	f := newFlags(e, "lag", lagUsage).withKafka().withJSON()
+	group := f.String("group", "", "the consumer group (required)")
+	topic := f.String("topic", "", "the topic it reads (required)")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if err := f.require("group", "topic"); err != nil {
+		return err
+	}
+	client, err := f.kafka()
+	if err != nil {
+		return err
+	}
+	admin, err := sarama.NewClusterAdminFromClient(client)
+	if err != nil {
+		client.Close()
+		return err
+	}
+	defer admin.Close() // closes client too
+	lags, err := groupLag(client, admin, *group, *topic)
+	if err != nil {
+		return err
+	}
+	if *f.json {
+		return printJSON(e.stdout, lags)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "PARTITION\tCOMMITTED\tEND\tLAG\t")
+	var total int64
+	for _, l := range lags {
+		committed := "-"
+		if l.Committed >= 0 {
+			committed = fmt.Sprint(l.Committed)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t\n", l.Partition, committed, l.End, l.Lag)
+		total += l.Lag
+	}
+	fmt.Fprintf(tw, "total\t\t\t%d\t\n", total)
+	return tw.Flush()
+}
+
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+func replayCmd(ctx context.Context, e *env, args []string) error {
+	f := newFlags(e, "replay", replayUsage).withKafka()
+	from := f.String("from", "", "the recorded requests topic (required)")
+	to := f.String("to", "", "the sandbox requests topic to copy into (required)")
+	var since timeFlag
+	f.Var(&since, "from-time", "start each partition at its first record at or after this time (RFC 3339, or a duration ago: 24h)")
+	fromOffset := f.Int64("from-offset", -1, "start each partition at this offset (default: its oldest record)")
+	conv := f.String("conversation", "", "copy only the records of this conversation (record key)")
+	var production stringList
+	f.Var(&production, "production-topic", "a production topic the copy must never write to (repeatable)")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if err := f.require("from", "to"); err != nil {
+		return err
+	}
+	if *to == *from {
+		return usagef("--to %q is the requests topic: a replay writes to a sandbox topic of its own", *to)
+	}
+	for _, p := range production {
+		if *to == p {
+			return usagef("--to %q is a production topic", *to)
+		}
+	}
+	client, err := f.kafka()
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(ctx, *f.timeout)
+	defer cancel()
+	n, err := copyRecords(ctx, client, *from, *to, since, *fromOffset, *conv)
+	if err != nil {
+		return fmt.Errorf("copied %d records, then: %w", n, err)
+	}
+	fmt.Fprintf(e.stdout, "copied %d records from %s to %s\n", n, *from, *to)
+	return nil
+}
+
+// copyRecords copies from's records in the chosen range to to.
+func copyRecords(ctx context.Context, client sarama.Client, from, to string, since timeFlag, fromOffset int64, conv string) (int, error) {
+	parts, err := client.Partitions(from)
+	if err != nil {
+		return 0, fmt.Errorf("topic %q: %w", from, err)
+	}
+	toParts, err := client.Partitions(to)
+	if err != nil {
+		return 0, fmt.Errorf("topic %q: %w", to, err)
+	}
+	sc := *client.Config()
+	sc.Producer.Idempotent, sc.Producer.RequiredAcks, sc.Net.MaxOpenRequests = true, sarama.WaitForAll, 1
+	sc.Producer.Return.Successes = true
+	sc.Producer.Partitioner = sarama.NewManualPartitioner
+	var brokers []string
+	for _, b := range client.Brokers() {
+		brokers = append(brokers, b.Addr())
+	}
+	producer, err := sarama.NewSyncProducer(brokers, &sc)
+	if err != nil {
+		return 0, fmt.Errorf("producer: %w", err)
+	}
+	defer producer.Close()
+	cons, err := sarama.NewConsumerFromClient(client)
+	if err != nil {
+		return 0, err
+	}
+	defer cons.Close()
+	murmur := sarama.NewMurmur2Partitioner(to)
+	copied := 0
+	for _, p := range parts {
+		start, err := client.GetOffset(from, p, sarama.OffsetOldest)
+		if err != nil {
+			return copied, err
+		}
+		end, err := client.GetOffset(from, p, sarama.OffsetNewest)
+		if err != nil {
+			return copied, err
+		}
+		switch {
+		case !since.t.IsZero():
+			off, err := client.GetOffset(from, p, since.t.UnixMilli())
+			if err != nil {
+				return copied, err
+			}
+			if off < 0 {
+				off = end
+			}
+			start = off
+		case fromOffset >= 0:
+			start = min(max(start, fromOffset), end)
+		}
+		if start >= end {
+			continue
+		}
+		pc, err := cons.ConsumePartition(from, p, start)
+		if err != nil {
+			return copied, err
+		}
+		err = func() error {
+			defer pc.AsyncClose()
+			for {
+				select {
+				case m := <-pc.Messages():
+					if conv == "" || string(m.Key) == conv {
+						msg := &sarama.ProducerMessage{Topic: to, Key: sarama.ByteEncoder(m.Key), Value: sarama.ByteEncoder(m.Value)}
+						for _, h := range m.Headers {
+							if h != nil {
+								msg.Headers = append(msg.Headers, *h)
+							}
+						}
+						msg.Headers = append(msg.Headers, sarama.RecordHeader{Key: []byte(headerReplayedFrom),
+							Value: fmt.Appendf(nil, "%s/%d/%d", from, p, m.Offset)})
+						msg.Partition = p
+						if int(p) >= len(toParts) {
+							if msg.Partition, err = murmur.Partition(msg, int32(len(toParts))); err != nil {
+								return err
+							}
+						}
+						if _, _, err := producer.SendMessage(msg); err != nil {
+							return err
+						}
+						copied++
+					}
+					if m.Offset+1 >= end {
+						return nil
+					}
+				case e := <-pc.Errors():
+					return e
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+		}()
+		if err != nil {
+			return copied, err
+		}
+	}
+	return copied, nil
+}

@@ -1,0 +1,166 @@
+// Command turnstile is the operator's tool for a service built on turnstile: it lists, shows
+// and re-drives dead letters, reads and purges the inbox, shows and deletes sessions, copies
+// recorded requests into a sandbox topic for a replay, reports a consumer group's lag, and
+// migrates the stores' schema.
+//
+// Usage:
+//
+//	turnstile <command> <subcommand> [flags]
+//
+//	dlq list        list dead letters (reason, attempts, source, age), as a table or JSON
+//	dlq show        show one dead letter with its headers and value
+//	dlq redrive     re-drive dead letters: inbox entries runnable again, requests published again
+//	inbox get       show a request's inbox entry
+//	inbox purge     delete done and dead inbox entries older than a horizon
+//	session show    show a session's state and recent events
+//	session delete  delete a session, all sessions of a user, or sessions idle for too long
+//	replay          copy recorded requests into a sandbox requests topic
+//	lag             committed offset, end offset and lag per partition for a group
+//	migrate         create or upgrade the session and inbox tables
+//
+// Every command takes --help. Kafka is reached at --brokers (or TURNSTILE_BROKERS), the
+// database at --db (or TURNSTILE_DB): postgres://... for PostgreSQL, sqlite:PATH for SQLite.
+//
+// Exit codes: 0 done; 1 the command failed (an unreachable broker or database, a broker or
+// database error, a dead letter not re-driven); 2 a usage error (unknown command, bad or
+// missing flag); 3 not found (the entry, session or dead letter asked for is not there).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Exit codes.
+const (
+	exitOK       = 0
+	exitFailed   = 1
+	exitUsage    = 2
+	exitNotFound = 3
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// usageError is a mistake in the command line: exit code 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// errNotFound marks what was asked for and is not there: exit code 3.
+var errNotFound = errors.New("not found")
+
+const topUsage = `turnstile: the operator's tool for a service built on turnstile
+
+Usage:
+  turnstile <command> [<subcommand>] [flags]
+
+Commands:
+  dlq list        list dead letters (reason, attempts, source, age), as a table or JSON
+  dlq show        show one dead letter with its headers and value
+  dlq redrive     re-drive dead letters: inbox entries runnable again, requests published again
+  inbox get       show a request's inbox entry
+  inbox purge     delete done and dead inbox entries older than a horizon
+  session show    show a session's state and recent events
+  session delete  delete a session, all sessions of a user, or sessions idle for too long
+  replay          copy recorded requests into a sandbox requests topic
+  lag             committed offset, end offset and lag per partition for a consumer group
+  migrate         create or upgrade the session and inbox tables
+
+Run 'turnstile <command> [<subcommand>] --help' for a command's flags and examples.
+Kafka: --brokers or TURNSTILE_BROKERS. Database: --db or TURNSTILE_DB
+(postgres://user@host:5432/db or sqlite:/path/to/file.db).
+
+Exit codes: 0 done, 1 failed, 2 usage error, 3 not found.
+`
+
+// command is one runnable (sub)command.
+type command struct {
+	name  string // "dlq list"
+	usage string // what it does, flags follow
+	run   func(ctx context.Context, e *env, args []string) error
+}
+
+var commands = []command{
+	{"dlq list", dlqListUsage, dlqList},
+	{"dlq show", dlqShowUsage, dlqShow},
+	{"dlq redrive", dlqRedriveUsage, dlqRedrive},
+	{"inbox get", inboxGetUsage, inboxGet},
+	{"inbox purge", inboxPurgeUsage, inboxPurge},
+	{"session show", sessionShowUsage, sessionShow},
+	{"session delete", sessionDeleteUsage, sessionDelete},
+	{"replay", replayUsage, replayCmd},
+	{"lag", lagUsage, lagCmd},
+	{"migrate", migrateUsage, migrateCmd},
+}
+
+// env is what a command writes to.
+type env struct {
+	stdout, stderr io.Writer
+	getenv         func(string) string
+}
+
+// run runs the command line args and returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	e := &env{stdout: stdout, stderr: stderr, getenv: os.Getenv}
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stdout, topUsage)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	cmd, rest, ok := find(args)
+	if !ok {
+		fmt.Fprintf(stderr, "turnstile: unknown command %q\n\n%s", joinWords(args), topUsage)
+		return exitUsage
+	}
+	err := cmd.run(ctx, e, rest)
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, errHelp):
+		return exitOK
+	case errors.As(err, new(usageError)):
+		fmt.Fprintf(stderr, "turnstile %s: %v\nRun 'turnstile %s --help' for its flags.\n", cmd.name, err, cmd.name)
+		return exitUsage
+	case errors.Is(err, errNotFound):
+		fmt.Fprintf(stderr, "turnstile %s: %v\n", cmd.name, err)
+		return exitNotFound
+	}
+	fmt.Fprintf(stderr, "turnstile %s: %v\n", cmd.name, err)
+	return exitFailed
+}
+
+// find returns the command named by the first one or two words of args, and the rest.
+func find(args []string) (command, []string, bool) {
+	for _, c := range commands {
+		if len(args) >= 2 && c.name == args[0]+" "+args[1] {
+			return c, args[2:], true
+		}
+	}
+	for _, c := range commands {
+		if c.name == args[0] {
+			return c, args[1:], true
+		}
+	}
+	return command{}, nil, false
+}
+
+func joinWords(args []string) string {
+	if len(args) >= 2 && args[1] != "" && args[1][0] != '-' {
+		return args[0] + " " + args[1]
+	}
+	return args[0]
+}

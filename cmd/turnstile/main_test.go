@@ -1,0 +1,329 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/turnstile-go/turnstile/consumer"
+	"github.com/turnstile-go/turnstile/inbox/sqlinbox"
+	"github.com/turnstile-go/turnstile/internal/sqltest"
+	"github.com/turnstile-go/turnstile/session"
+	"github.com/turnstile-go/turnstile/session/sqlsession"
+	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turntest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, turntest.LeakOptions()...) }
+
+const wait = time.Minute
+
+// cli runs the command line in process and returns its exit code and output.
+func cli(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = run(context.Background(), args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// ok runs the command line and fails the test unless it exits 0.
+func ok(t *testing.T, args ...string) string {
+	t.Helper()
+	code, out, errOut := cli(t, args...)
+	require.Equal(t, exitOK, code, "turnstile %s\nstdout: %s\nstderr: %s", strings.Join(args, " "), out, errOut)
+	return out
+}
+
+// database is where a service keeps its stores: the --db value, and a pool for the service.
+type database struct {
+	name, dsn string
+	open      func(t *testing.T) *sql.DB
+	dialect   sqlinbox.Dialect
+}
+
+func databases(t *testing.T) []database {
+	dir := t.TempDir()
+	return []database{
+		{name: "postgres", dsn: sqltest.PostgresDSN(), dialect: sqlinbox.PostgreSQL, open: func(t *testing.T) *sql.DB {
+			return sqltest.OpenPostgres(t)
+		}},
+		{name: "sqlite", dsn: "sqlite:" + filepath.Join(dir, "svc.db"), dialect: sqlinbox.SQLite, open: func(t *testing.T) *sql.DB {
+			db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "svc.db")+"?"+sqltest.SQLitePragmas+"&_pragma=journal_mode(WAL)")
+			require.NoError(t, err)
+			t.Cleanup(func() { db.Close() })
+			return db
+		}},
+	}
+}
+
+// service is a production service on a real broker and a real database whose model has a
+// bug until fixed: it refuses requests that mention "refund".
+type service struct {
+	kc                     *turntest.Cluster
+	requests, results, dlq string
+	group                  string
+	mu                     sync.Mutex
+	fixed                  bool
+	calls                  map[string]int
+	stop                   func()
+}
+
+func (s *service) callsOf(id string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls[id]
+}
+
+func (s *service) fix() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fixed = true
+}
+
+func startService(t *testing.T, kc *turntest.Cluster, db *sql.DB, dialect sqlinbox.Dialect, prefix string) *service {
+	t.Helper()
+	s := &service{kc: kc, requests: kc.CreateTopic(t, "requests", 3), results: kc.CreateTopic(t, "results", 3),
+		dlq: kc.CreateTopic(t, "dlq", 3), group: kc.Unique("svc"), calls: map[string]int{}}
+	ss, err := sqlsession.New(db, sqlsession.Dialect(dialect), sqlsession.Options{TablePrefix: prefix})
+	require.NoError(t, err)
+	ib, err := sqlinbox.New(db, dialect, sqlinbox.Options{TablePrefix: prefix})
+	require.NoError(t, err)
+	model := turn.ModelFunc(func(_ context.Context, in turn.Input) (turn.Output, error) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if !s.fixed && strings.Contains(in.Request.Text, "refund") {
+			return turn.Output{}, turn.Permanent(errors.New("bug 42: the refund tool is misconfigured"))
+		}
+		s.calls[in.Request.ID]++
+		return turn.Output{Events: []session.Event{{Text: "answered " + in.Request.Text}}}, nil
+	})
+	quiet := slog.New(slog.DiscardHandler)
+	r := &turn.Runner{Model: model, Sessions: ss, Inbox: ib, Logger: quiet}
+	c, err := consumer.New(consumer.Config{Brokers: kc.Brokers(), GroupID: s.group, RequestsTopic: s.requests,
+		ResultsTopic: s.results, DeadLetterTopic: s.dlq, Sarama: kc.Config(), CommitInterval: 50 * time.Millisecond,
+		Logger: quiet, MaxInFlight: 4}, consumer.RunnerHandler(r))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	var once sync.Once
+	s.stop = func() { once.Do(func() { cancel(); require.NoError(t, <-done) }) }
+	t.Cleanup(s.stop)
+	return s
+}
+
+// Every command against a real broker (kfake over TCP) and a real database, PostgreSQL and
+// SQLite: an operator's day after a bug dead-lettered requests.
+func TestCommands(t *testing.T) {
+	t.Parallel()
+	for _, d := range databases(t) {
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			testCommands(t, d)
+		})
+	}
+}
+
+func testCommands(t *testing.T, d database) {
+	db := d.open(t)
+	kc := turntest.NewCluster(t, turntest.Options{})
+	prefix := sqltest.Prefix(t, db, d.dialect == sqlinbox.PostgreSQL)
+	brokers := "--brokers=" + kc.BrokerList()
+	dbFlags := []string{"--db=" + d.dsn, "--table-prefix=" + prefix}
+
+	// migrate creates the tables the service then uses; running it again is harmless.
+	require.Contains(t, ok(t, append([]string{"migrate"}, dbFlags...)...), "this version's schema")
+	ok(t, append([]string{"migrate"}, dbFlags...)...)
+	s := startService(t, kc, db, d.dialect, prefix)
+
+	bad := turntest.NewRequest("c-1", "u-1", "where is my refund?")
+	good := turntest.NewRequest("c-2", "u-2", "hello")
+	kc.ProduceRequest(t, s.requests, bad)
+	kc.ProduceRequest(t, s.requests, good)
+	kc.ReadDeadLetters(t, s.dlq, 1, wait)
+	kc.ReadResults(t, s.results, 1, wait)
+
+	// dlq list: a table, and JSON.
+	out := ok(t, "dlq", "list", brokers, "--topic="+s.dlq)
+	require.Contains(t, out, bad.ID)
+	require.Contains(t, out, "bug 42")
+	require.Contains(t, out, "REASON")
+	var listed []letterJSON
+	require.NoError(t, json.Unmarshal([]byte(ok(t, "dlq", "list", brokers, "--topic="+s.dlq, "--json", "--reason=bug 42")), &listed))
+	require.Len(t, listed, 1)
+	require.Equal(t, bad.ID, listed[0].RequestID)
+	require.Equal(t, 1, listed[0].Attempts)
+	require.Equal(t, s.requests, strings.Split(listed[0].Source, "/")[0])
+	require.NoError(t, json.Unmarshal([]byte(ok(t, "dlq", "list", brokers, "--topic="+s.dlq, "--json", "--reason=nothing like it")), &listed))
+	require.Empty(t, listed)
+
+	// dlq show: the value and headers; by request id or location; not found; usage.
+	out = ok(t, "dlq", "show", brokers, "--topic="+s.dlq, "--request-id="+bad.ID)
+	require.Contains(t, out, "where is my refund?")
+	require.Contains(t, out, "bug 42")
+	var shown []letterJSON
+	where := strings.Split(listed0(t, brokers, s.dlq).ID, "/")
+	require.NoError(t, json.Unmarshal([]byte(ok(t, "dlq", "show", brokers, "--topic="+s.dlq, "--partition="+where[1], "--offset="+where[2], "--json")), &shown))
+	require.Len(t, shown, 1)
+	require.Contains(t, shown[0].Value, bad.ID)
+	code, _, errOut := cli(t, "dlq", "show", brokers, "--topic="+s.dlq, "--request-id=00000000-0000-4000-8000-000000000000")
+	require.Equal(t, exitNotFound, code, errOut)
+	code, _, errOut = cli(t, "dlq", "show", brokers, "--topic="+s.dlq)
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "--request-id")
+
+	// dlq redrive after the fix runs the request once; a second re-drive runs nothing.
+	code, _, errOut = cli(t, append([]string{"dlq", "redrive", brokers, "--topic=" + s.dlq}, dbFlags...)...)
+	require.Equal(t, exitUsage, code, "no filter, no --all")
+	require.Contains(t, errOut, "--all")
+	require.Contains(t, ok(t, append([]string{"dlq", "redrive", brokers, "--topic=" + s.dlq, "--reason=bug 42", "--dry-run"}, dbFlags...)...), "would re-drive")
+	require.Zero(t, s.callsOf(bad.ID))
+	s.fix()
+	out = ok(t, append([]string{"dlq", "redrive", brokers, "--topic=" + s.dlq, "--reason=bug 42", "--note=fixed in v2"}, dbFlags...)...)
+	require.Contains(t, out, "redriven")
+	kc.ReadResults(t, s.results, 2, wait)
+	require.Equal(t, 1, s.callsOf(bad.ID))
+	published := kc.RecordCount(t, s.requests)
+	out = ok(t, append([]string{"dlq", "redrive", brokers, "--topic=" + s.dlq, "--request-id=" + bad.ID}, dbFlags...)...)
+	require.Contains(t, out, "skipped: done")
+	require.Equal(t, published, kc.RecordCount(t, s.requests), "the second re-drive published nothing")
+	require.Equal(t, 1, s.callsOf(bad.ID))
+
+	// inbox get: the audit keeps the old reason; not found; usage.
+	var entry entryJSON
+	require.NoError(t, json.Unmarshal([]byte(ok(t, append([]string{"inbox", "get", "--json", "--request-id=" + bad.ID, "--user=u-1", "--conversation=c-1"}, dbFlags...)...)), &entry))
+	require.Equal(t, "done", entry.Status)
+	require.Len(t, entry.Redrives, 1)
+	require.Contains(t, entry.Redrives[0].Reason, "bug 42")
+	require.Equal(t, "fixed in v2", entry.Redrives[0].Note)
+	require.Contains(t, ok(t, append([]string{"inbox", "get", "--request-id=" + good.ID, "--user=u-2", "--conversation=c-2"}, dbFlags...)...), "done")
+	code, _, _ = cli(t, append([]string{"inbox", "get", "--request-id=" + good.ID, "--user=u-1", "--conversation=c-2"}, dbFlags...)...)
+	require.Equal(t, exitNotFound, code, "the key is scoped to the user")
+	code, _, _ = cli(t, append([]string{"inbox", "get", "--request-id=" + good.ID}, dbFlags...)...)
+	require.Equal(t, exitUsage, code)
+
+	// session show, session delete of a user, and the user's next request starts afresh.
+	var sess session.Session
+	require.NoError(t, json.Unmarshal([]byte(ok(t, append([]string{"session", "show", "--json", "--user=u-1", "--conversation=c-1"}, dbFlags...)...)), &sess))
+	require.EqualValues(t, 1, sess.Version)
+	require.Contains(t, ok(t, append([]string{"session", "show", "--user=u-1", "--conversation=c-1"}, dbFlags...)...), "answered where is my refund?")
+	require.Contains(t, ok(t, append([]string{"session", "delete", "--user=u-1"}, dbFlags...)...), "deleted 1 sessions of user u-1")
+	code, _, _ = cli(t, append([]string{"session", "show", "--user=u-1", "--conversation=c-1"}, dbFlags...)...)
+	require.Equal(t, exitNotFound, code)
+	later := turntest.NewRequest("c-1", "u-1", "me again")
+	kc.ProduceRequest(t, s.requests, later)
+	kc.ReadResults(t, s.results, 3, wait)
+	require.NoError(t, json.Unmarshal([]byte(ok(t, append([]string{"session", "show", "--json", "--user=u-1", "--conversation=c-1"}, dbFlags...)...)), &sess))
+	require.EqualValues(t, 1, sess.Version, "a fresh session: only the new turn")
+	require.EqualValues(t, 2, sess.EventCount)
+	require.Equal(t, later.ID, sess.Events[0].RequestID)
+	require.Contains(t, ok(t, append([]string{"session", "delete", "--user=u-2", "--conversation=c-2"}, dbFlags...)...), "deleted session")
+	code, _, _ = cli(t, append([]string{"session", "delete", "--user=u-2", "--conversation=c-2"}, dbFlags...)...)
+	require.Equal(t, exitNotFound, code)
+	code, _, _ = cli(t, append([]string{"session", "delete"}, dbFlags...)...)
+	require.Equal(t, exitUsage, code)
+
+	// lag against a stopped group, with records it has not read, equals an independent read.
+	s.stop()
+	for i := range 5 {
+		kc.ProduceRequest(t, s.requests, turntest.NewRequest(fmt.Sprintf("c-%d", i), "u", "queued"))
+	}
+	var lags []partitionLag
+	require.NoError(t, json.Unmarshal([]byte(ok(t, "lag", brokers, "--group="+s.group, "--topic="+s.requests, "--json")), &lags))
+	require.Len(t, lags, 3)
+	client, err := sarama.NewClient(kc.Brokers(), kc.Config())
+	require.NoError(t, err)
+	defer client.Close()
+	var total int64
+	for _, l := range lags {
+		end, err := client.GetOffset(s.requests, l.Partition, sarama.OffsetNewest)
+		require.NoError(t, err)
+		committed := kc.CommittedOffset(t, s.group, s.requests, l.Partition)
+		require.Equal(t, committed, l.Committed, "partition %d", l.Partition)
+		require.Equal(t, end, l.End, "partition %d", l.Partition)
+		require.Equal(t, end-max(committed, 0), l.Lag, "partition %d", l.Partition)
+		total += l.Lag
+	}
+	require.EqualValues(t, 5, total, "the five queued records")
+	require.Contains(t, ok(t, "lag", brokers, "--group="+s.group, "--topic="+s.requests), "total")
+
+	// replay copies the recorded requests into a sandbox topic, never into production's.
+	sandbox := kc.CreateTopic(t, "sandbox", 3)
+	n := kc.RecordCount(t, s.requests)
+	require.Contains(t, ok(t, "replay", brokers, "--from="+s.requests, "--to="+sandbox, "--from-offset=0"), fmt.Sprintf("copied %d records", n))
+	copied := kc.ReadAll(t, sandbox, int(n), wait)
+	require.Len(t, copied, int(n))
+	require.Contains(t, turntest.HeaderMap(copied[0])[headerReplayedFrom], s.requests+"/")
+	require.Contains(t, ok(t, "replay", brokers, "--from="+s.requests, "--to="+sandbox, "--conversation=c-1", "--from-time=1h"), "copied 4 records", "the bad request, its re-drive, the later one and a queued one")
+	code, _, errOut = cli(t, "replay", brokers, "--from="+s.requests, "--to="+s.requests)
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "sandbox topic of its own")
+	code, _, _ = cli(t, "replay", brokers, "--from="+s.requests, "--to="+s.results, "--production-topic="+s.results)
+	require.Equal(t, exitUsage, code)
+
+	// inbox purge keeps what is younger than the horizon, and purges the rest.
+	require.Contains(t, ok(t, append([]string{"inbox", "purge", "--older-than=1h"}, dbFlags...)...), "purged 0 inbox entries")
+	require.Contains(t, ok(t, append([]string{"inbox", "purge", "--older-than=1ns"}, dbFlags...)...), "purged 3 inbox entries")
+	code, _, _ = cli(t, append([]string{"inbox", "get", "--request-id=" + good.ID, "--user=u-2", "--conversation=c-2"}, dbFlags...)...)
+	require.Equal(t, exitNotFound, code)
+	require.Contains(t, ok(t, append([]string{"session", "delete", "--idle-for=1ns"}, dbFlags...)...), "deleted 1 sessions")
+}
+
+// listed0 returns the first dead letter of topic, through the CLI.
+func listed0(t *testing.T, brokers, topic string) letterJSON {
+	t.Helper()
+	var l []letterJSON
+	require.NoError(t, json.Unmarshal([]byte(ok(t, "dlq", "list", brokers, "--topic="+topic, "--json")), &l))
+	require.NotEmpty(t, l)
+	return l[0]
+}
+
+// Clear errors and exit codes without a broker or a database.
+func TestUsageAndFailures(t *testing.T) {
+	t.Parallel()
+	code, out, _ := cli(t)
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, out, "Commands:")
+	code, out, _ = cli(t, "--help")
+	require.Equal(t, exitOK, code)
+	require.Contains(t, out, "Exit codes")
+	for _, c := range commands {
+		code, out, _ := cli(t, append(strings.Fields(c.name), "--help")...)
+		require.Equal(t, exitOK, code, c.name)
+		require.Contains(t, out, "Examples:", c.name)
+		require.Contains(t, out, "turnstile "+c.name, c.name)
+	}
+	code, _, errOut := cli(t, "dlq", "frobnicate")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, `unknown command "dlq frobnicate"`)
+	code, _, errOut = cli(t, "dlq", "list", "--topic=x")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "--brokers (or TURNSTILE_BROKERS) is required")
+	code, _, errOut = cli(t, "lag", "--brokers=127.0.0.1:1", "--group=g", "--topic=t")
+	require.Equal(t, exitFailed, code)
+	require.Contains(t, errOut, "connect to Kafka at 127.0.0.1:1")
+	code, _, errOut = cli(t, "migrate", "--db=mysql://x")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "want postgres://... or sqlite:PATH")
+	code, _, errOut = cli(t, "inbox", "purge", "--db=sqlite:"+filepath.Join(t.TempDir(), "x.db"))
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "--older-than is required")
+	code, _, errOut = cli(t, "migrate", "--db=sqlite:"+filepath.Join(t.TempDir(), "x.db"), "--table-prefix=bad-prefix")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "table prefix")
+	code, _, errOut = cli(t, "session", "show", "--db=sqlite:"+filepath.Join(t.TempDir(), "nope", "x.db"), "--user=u", "--conversation=c")
+	require.Equal(t, exitFailed, code, errOut)
+}

@@ -1,0 +1,260 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"text/tabwriter"
+	"time"
+
+	"github.com/turnstile-go/turnstile/inbox"
+	"github.com/turnstile-go/turnstile/session"
+	"github.com/turnstile-go/turnstile/turn"
+)
+
+var discard = slog.New(slog.DiscardHandler)
+
+const inboxGetUsage = `
+Shows a request's inbox entry: status, attempts, reason, the record it came in, its stored
+result and the audit of its re-drives. The inbox key scopes the request id to its session
+(turn.InboxKey): give --user and --conversation with --request-id, or the raw --key.
+
+Examples:
+  turnstile inbox get --db postgres://turnstile@db:5432/agent --request-id 0b9c... --user u-12 --conversation c-7731
+  turnstile inbox get --db sqlite:/var/lib/agent/turnstile.db --key "0b9c.../5f0e..." --json
+`
+
+const inboxPurgeUsage = `
+Deletes done and dead inbox entries last updated longer ago than --older-than; entries in
+progress stay. A request Kafka delivers again after its entry was purged runs again as new:
+keep entries longer than the requests topic's retention. Run it from cron, or call
+inbox.RunPurge in the service.
+
+Examples:
+  turnstile inbox purge --db postgres://turnstile@db:5432/agent --older-than 720h
+`
+
+const sessionShowUsage = `
+Shows a session: owner, version, event count, state and its most recent events.
+
+Examples:
+  turnstile session show --db postgres://turnstile@db:5432/agent --user u-12 --conversation c-7731
+  turnstile session show --db sqlite:/var/lib/agent/turnstile.db --user u-12 --conversation c-7731 --recent 5 --json
+`
+
+const sessionDeleteUsage = `
+Deletes sessions with their history and state: one conversation (--user and --conversation),
+every session of a user (--user alone: a data-deletion request), or the sessions of the app
+idle for longer than --idle-for. A later request of a deleted session starts a fresh one.
+
+Examples:
+  turnstile session delete --db postgres://turnstile@db:5432/agent --user u-12
+  turnstile session delete --db postgres://turnstile@db:5432/agent --user u-12 --conversation c-7731
+  turnstile session delete --db sqlite:/var/lib/agent/turnstile.db --idle-for 2160h
+`
+
+const migrateUsage = `
+Creates or upgrades the session and inbox tables to this version's schema. Safe to run from
+several places at once, and again: what is done already is left alone.
+
+Examples:
+  turnstile migrate --db postgres://turnstile@db:5432/agent
+  turnstile migrate --db sqlite:/var/lib/agent/turnstile.db --table-prefix agent_
+`
+
+type entryJSON struct {
+	Key          string               `json:"key"`
+	Conversation string               `json:"conversation"`
+	Status       string               `json:"status"`
+	Attempts     int                  `json:"attempts"`
+	Reason       string               `json:"reason,omitempty"`
+	Source       string               `json:"source"`
+	CreatedAt    time.Time            `json:"created_at"`
+	UpdatedAt    time.Time            `json:"updated_at"`
+	Result       json.RawMessage      `json:"result,omitempty"`
+	Redrives     []inbox.RedriveAudit `json:"redrives,omitempty"`
+}
+
+func inboxGet(ctx context.Context, e *env, args []string) error {
+	f := newFlags(e, "inbox get", inboxGetUsage).withDB().withApp().withJSON()
+	id := f.String("request-id", "", "the request id")
+	user := f.String("user", "", "the request's user id")
+	conv := f.String("conversation", "", "the request's conversation id")
+	key := f.String("key", "", "the raw inbox key, instead of --request-id, --user and --conversation")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	k := *key
+	if k == "" {
+		if err := f.require("request-id", "user", "conversation"); err != nil {
+			return usagef("%v (or give --key)", err)
+		}
+		k = turn.InboxKey(*f.app, turn.Request{ID: *id, UserID: *user, ConversationID: *conv})
+	}
+	ctx, _, ib, done, err := f.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	en, err := ib.Get(ctx, k)
+	if errors.Is(err, inbox.ErrNotFound) {
+		return fmt.Errorf("%w: no inbox entry %s", errNotFound, k)
+	}
+	if err != nil {
+		return err
+	}
+	j := entryJSON{Key: en.Key, Conversation: en.Conversation, Status: en.Status.String(), Attempts: en.Attempts,
+		Reason: en.Reason, Source: fmt.Sprintf("%s/%d/%d", en.Topic, en.Partition, en.Offset), CreatedAt: en.CreatedAt,
+		UpdatedAt: en.UpdatedAt, Redrives: en.Redrives}
+	if json.Valid(en.Result) {
+		j.Result = en.Result
+	}
+	if *f.json {
+		return printJSON(e.stdout, j)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "key:\t%s\nconversation:\t%s\nstatus:\t%s\nattempts:\t%d\nsource:\t%s\ncreated:\t%s\nupdated:\t%s\n",
+		j.Key, j.Conversation, j.Status, j.Attempts, j.Source, j.CreatedAt.Format(time.RFC3339), j.UpdatedAt.Format(time.RFC3339))
+	if j.Reason != "" {
+		fmt.Fprintf(tw, "reason:\t%s\n", j.Reason)
+	}
+	for i, r := range j.Redrives {
+		fmt.Fprintf(tw, "re-drive %d:\t%s, after %d attempts: %s (note: %s)\n", i+1, r.At.Format(time.RFC3339), r.Attempts, r.Reason, r.Note)
+	}
+	if len(j.Result) > 0 {
+		fmt.Fprintf(tw, "result:\t%s\n", j.Result)
+	}
+	return tw.Flush()
+}
+
+func inboxPurge(ctx context.Context, e *env, args []string) error {
+	f := newFlags(e, "inbox purge", inboxPurgeUsage).withDB()
+	older := f.Duration("older-than", 0, "delete done and dead entries last updated longer ago than this (required; 720h is 30 days)")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if *older <= 0 {
+		return usagef("--older-than is required and must be positive")
+	}
+	ctx, _, ib, done, err := f.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	cutoff := time.Now().Add(-*older)
+	n, err := ib.Purge(ctx, cutoff)
+	if err != nil {
+		return fmt.Errorf("purged %d entries, then: %w", n, err)
+	}
+	fmt.Fprintf(e.stdout, "purged %d inbox entries last updated before %s\n", n, cutoff.UTC().Format(time.RFC3339))
+	return nil
+}
+
+func sessionShow(ctx context.Context, e *env, args []string) error {
+	f := newFlags(e, "session show", sessionShowUsage).withDB().withApp().withJSON()
+	user := f.String("user", "", "the session's user id (required)")
+	conv := f.String("conversation", "", "the conversation id (required)")
+	recent := f.Int("recent", 20, "how many of the most recent events to show")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if err := f.require("user", "conversation"); err != nil {
+		return err
+	}
+	ctx, ss, _, done, err := f.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	key := session.Key{App: *f.app, User: *user, Conversation: *conv}
+	sess, err := ss.Get(ctx, key, *recent)
+	if errors.Is(err, session.ErrNotFound) || errors.Is(err, session.ErrOwnerMismatch) {
+		return fmt.Errorf("%w: no session %s", errNotFound, key)
+	}
+	if err != nil {
+		return err
+	}
+	if *f.json {
+		return printJSON(e.stdout, sess)
+	}
+	fmt.Fprintf(e.stdout, "session %s: version %d, %d events, created %s, updated %s\n", key, sess.Version, sess.EventCount,
+		sess.CreatedAt.Format(time.RFC3339), sess.UpdatedAt.Format(time.RFC3339))
+	if len(sess.State) > 0 {
+		fmt.Fprintf(e.stdout, "state: %s\n", sess.State)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEQ\tTIME\tREQUEST ID\tAUTHOR\tTEXT")
+	for _, ev := range sess.Events {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", ev.Seq, ev.Time.Format(time.RFC3339), ev.RequestID, ev.Author, clipText(ev.Text, 100))
+	}
+	return tw.Flush()
+}
+
+func sessionDelete(ctx context.Context, e *env, args []string) error {
+	f := newFlags(e, "session delete", sessionDeleteUsage).withDB().withApp()
+	user := f.String("user", "", "delete this user's sessions (all of them, or --conversation)")
+	conv := f.String("conversation", "", "with --user: delete this conversation only")
+	idle := f.Duration("idle-for", 0, "delete the app's sessions not updated for this long (720h is 30 days)")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	switch {
+	case *idle < 0:
+		return usagef("--idle-for must be positive")
+	case (*user == "") == (*idle == 0):
+		return usagef("give --user (with or without --conversation), or --idle-for")
+	case *conv != "" && *user == "":
+		return usagef("--conversation needs --user")
+	}
+	ctx, ss, _, done, err := f.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	switch {
+	case *conv != "":
+		key := session.Key{App: *f.app, User: *user, Conversation: *conv}
+		if err := ss.Delete(ctx, key); errors.Is(err, session.ErrNotFound) || errors.Is(err, session.ErrOwnerMismatch) {
+			return fmt.Errorf("%w: no session %s", errNotFound, key)
+		} else if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "deleted session %s\n", key)
+	case *user != "":
+		n, err := ss.DeleteUser(ctx, *f.app, *user)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "deleted %d sessions of user %s in app %s\n", n, *user, *f.app)
+	default:
+		cutoff := time.Now().Add(-*idle)
+		n, err := ss.DeleteIdle(ctx, *f.app, cutoff)
+		if err != nil {
+			return fmt.Errorf("deleted %d sessions, then: %w", n, err)
+		}
+		fmt.Fprintf(e.stdout, "deleted %d sessions of app %s idle since before %s\n", n, *f.app, cutoff.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+func migrateCmd(ctx context.Context, e *env, args []string) error {
+	f := newFlags(e, "migrate", migrateUsage).withDB()
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	ctx, ss, ib, done, err := f.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := ss.Migrate(ctx); err != nil {
+		return err
+	}
+	if err := ib.Migrate(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "sessions and inbox tables (prefix %s) are at this version's schema\n", *f.prefix)
+	return nil
+}

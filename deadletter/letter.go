@@ -1,0 +1,148 @@
+// Package deadletter reads turnstile's dead letters back and re-drives them: for the day
+// after go-live, when a request dead-lettered for a bug must run once the bug is fixed.
+//
+// [Read] lists the dead letters of a dead-letter topic that match a [Filter] (request id,
+// reason, source partition and offset, time). [Redrive] makes each one's inbox entry
+// runnable again (inbox.Inbox.Redrive, which keeps the earlier reason in the entry's audit)
+// and publishes the original record again to the requests topic, on its source partition,
+// under its original key and headers; a dead letter whose value was dropped (too large for the
+// dead-letter topic: the consumer's value-dropped header) is re-driven from its source record,
+// read again by its offset. Re-driving is idempotent: a dead letter re-driven twice gives one
+// turn, because the second Redrive finds the entry no longer dead and publishes nothing.
+//
+// The cmd/turnstile CLI's `dlq list`, `dlq show` and `dlq redrive` are these functions.
+package deadletter
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/turnstile-go/turnstile/consumer"
+	"github.com/turnstile-go/turnstile/turn"
+)
+
+// HeaderRedrivenFrom is the header Redrive adds to a re-published request: the dead letter it
+// came from, as "TOPIC/PARTITION/OFFSET".
+const HeaderRedrivenFrom = "redriven-from"
+
+// Letter is one dead letter as read from the dead-letter topic, with the consumer's headers
+// (consumer.HeaderReason and the others) parsed.
+type Letter struct {
+	// Topic, Partition and Offset locate the dead letter itself; Offset is its own.
+	Topic     string
+	Partition int32
+	Offset    int64
+	// Timestamp is the dead letter's record timestamp: when it was dead-lettered.
+	Timestamp time.Time
+	// Key is the request record's key (the conversation id); Value its value as it came, or
+	// nil when ValueDropped says it was dropped.
+	Key, Value []byte
+	// Headers are the request record's own headers, without the consumer's dead-letter
+	// headers.
+	Headers []sarama.RecordHeader
+	// RequestID and ConversationID are empty when the record did not decode.
+	RequestID, ConversationID string
+	// Reason says why it was dead-lettered; Error is the last error's text, if any.
+	Reason, Error string
+	// Attempts is the number of attempts spent.
+	Attempts int
+	// Source locates the request record; Source.Offset is -1 when the headers do not say.
+	Source turn.Source
+	// ValueDropped is the consumer's value-dropped header: why the value is missing (the
+	// original size and the broker's refusal); empty when the value is there.
+	ValueDropped string
+}
+
+// ID returns "TOPIC/PARTITION/OFFSET" of the dead letter, the form HeaderRedrivenFrom and the
+// CLI use.
+func (l Letter) ID() string { return fmt.Sprintf("%s/%d/%d", l.Topic, l.Partition, l.Offset) }
+
+// ours are the headers the consumer adds to a dead letter.
+var ours = map[string]bool{
+	consumer.HeaderRequestID: true, consumer.HeaderConversationID: true, consumer.HeaderReason: true,
+	consumer.HeaderError: true, consumer.HeaderAttempts: true, consumer.HeaderSourceTopic: true,
+	consumer.HeaderSourcePartition: true, consumer.HeaderSourceOffset: true, consumer.HeaderValueDropped: true,
+	HeaderRedrivenFrom: true,
+}
+
+// Parse reads a dead-letter record. Headers that are missing or malformed leave their field
+// at its zero value (Source.Offset at -1); Parse never fails, so that a dead letter written
+// by another tool is still listed.
+func Parse(msg *sarama.ConsumerMessage) Letter {
+	l := Letter{Topic: msg.Topic, Partition: msg.Partition, Offset: msg.Offset, Timestamp: msg.Timestamp,
+		Key: msg.Key, Value: msg.Value, Source: turn.Source{Offset: -1}}
+	for _, h := range msg.Headers {
+		if h == nil {
+			continue
+		}
+		k, v := string(h.Key), string(h.Value)
+		if !ours[k] {
+			l.Headers = append(l.Headers, sarama.RecordHeader{Key: h.Key, Value: h.Value})
+			continue
+		}
+		switch k {
+		case consumer.HeaderRequestID:
+			l.RequestID = v
+		case consumer.HeaderConversationID:
+			l.ConversationID = v
+		case consumer.HeaderReason:
+			l.Reason = v
+		case consumer.HeaderError:
+			l.Error = v
+		case consumer.HeaderAttempts:
+			l.Attempts, _ = strconv.Atoi(v)
+		case consumer.HeaderSourceTopic:
+			l.Source.Topic = v
+		case consumer.HeaderSourcePartition:
+			if p, err := strconv.ParseInt(v, 10, 32); err == nil {
+				l.Source.Partition = int32(p)
+			}
+		case consumer.HeaderSourceOffset:
+			if o, err := strconv.ParseInt(v, 10, 64); err == nil {
+				l.Source.Offset = o
+			}
+		case consumer.HeaderValueDropped:
+			l.ValueDropped = v
+		}
+	}
+	if l.ValueDropped != "" {
+		l.Value = nil
+	}
+	return l
+}
+
+// Filter selects dead letters; the zero value selects all. Set fields must all match.
+type Filter struct {
+	// RequestID, when set, is the request id (consumer.HeaderRequestID) to match exactly.
+	RequestID string
+	// Reason, when set, must occur in the reason (case-sensitive).
+	Reason string
+	// SourcePartition and SourceOffset, when set, match the request record's location.
+	SourcePartition *int32
+	SourceOffset    *int64
+	// Partition and Offset, when set, match the dead letter's own location.
+	Partition *int32
+	Offset    *int64
+	// Since and Until, when set, bound the dead letter's timestamp: Since <= t < Until.
+	Since, Until time.Time
+}
+
+// Match reports whether l passes f.
+func (f Filter) Match(l Letter) bool {
+	switch {
+	case f.RequestID != "" && l.RequestID != f.RequestID,
+		f.Reason != "" && !strings.Contains(l.Reason, f.Reason),
+		f.SourcePartition != nil && l.Source.Partition != *f.SourcePartition,
+		f.SourceOffset != nil && l.Source.Offset != *f.SourceOffset,
+		f.Partition != nil && l.Partition != *f.Partition,
+		f.Offset != nil && l.Offset != *f.Offset,
+		!f.Since.IsZero() && l.Timestamp.Before(f.Since),
+		!f.Until.IsZero() && !l.Timestamp.Before(f.Until):
+		return false
+	}
+	return true
+}

@@ -1,0 +1,215 @@
+package deadletter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/IBM/sarama"
+
+	"github.com/turnstile-go/turnstile/inbox"
+	"github.com/turnstile-go/turnstile/turn"
+)
+
+// Options configure Redrive.
+type Options struct {
+	// Client reaches the cluster; Redrive leaves it open. Its config must let a SyncProducer
+	// be built on it (Producer.Return.Successes = true); Redrive's producer is idempotent
+	// (Idempotent, RequiredAcks = WaitForAll, Net.MaxOpenRequests = 1), as the consumer's is.
+	// Required.
+	Client sarama.Client
+	// Inbox is the service's inbox (its Runner's). Required.
+	Inbox inbox.Inbox
+	// App is the service's Runner.App, which scopes inbox keys (turn.InboxKey); default
+	// turn.DefaultApp.
+	App string
+	// RequestsTopic, when set, is where requests are published again; default each dead
+	// letter's source topic.
+	RequestsTopic string
+	// Decoder decodes the request to find its inbox entry; give it the service's limits.
+	Decoder turn.Decoder
+	// Note is kept in the inbox's audit of each re-drive (inbox.RedriveAudit.Note): who
+	// re-drove it and why.
+	Note string
+	// Logger gets a line per re-driven dead letter; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Action says what Redrive did with one dead letter.
+type Action string
+
+const (
+	// Redriven: the inbox entry was dead and is runnable again (or there was none), and the
+	// request was published again.
+	Redriven Action = "redriven"
+	// Republished: the entry had been re-driven already and not yet run (a re-drive stopped
+	// between the inbox and the publish, or its record is still waiting): the request was
+	// published again; the inbox runs it once whichever copy comes first.
+	Republished Action = "republished"
+	// SkippedDone: the request has a result (it was re-driven before, or delivered again and
+	// answered): nothing was published.
+	SkippedDone Action = "skipped: done"
+	// SkippedRunning: the request is being attempted now: nothing was published.
+	SkippedRunning Action = "skipped: in progress"
+)
+
+// Outcome is what Redrive did with one dead letter.
+type Outcome struct {
+	Letter Letter
+	Action Action
+	// Entry is the inbox entry after the re-drive; nil when the request has none (a record
+	// that did not decode never reached the inbox) or does not decode.
+	Entry *inbox.Entry
+	// Partition and Offset locate the published request, when Action published one.
+	Partition int32
+	Offset    int64
+	// Err is why this dead letter could not be re-driven; the others go on.
+	Err error
+}
+
+// Redrive re-drives each dead letter: it makes the request's inbox entry runnable again
+// (inbox.Inbox.Redrive, with Options.Note in the audit) and publishes the request record again
+// to the requests topic, on its source partition (so the conversation keeps its partition),
+// with its key, its own headers and HeaderRedrivenFrom. A dead letter without its value is
+// re-driven from its source record, read by its offset (ErrSourceGone when retention removed
+// it). A request whose entry is done or in progress is skipped: re-driving the same dead
+// letter twice gives one turn. Outcomes come back in the order of letters, each with its own
+// error; Redrive's own error is for what stops it all (bad Options, the producer).
+func Redrive(ctx context.Context, opts Options, letters []Letter) ([]Outcome, error) {
+	switch {
+	case opts.Client == nil:
+		return nil, errors.New("deadletter: Options.Client is nil")
+	case opts.Inbox == nil:
+		return nil, errors.New("deadletter: Options.Inbox is nil")
+	}
+	if opts.App == "" {
+		opts.App = turn.DefaultApp
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	producer, err := newProducer(opts.Client)
+	if err != nil {
+		return nil, err
+	}
+	defer producer.Close()
+	out := make([]Outcome, 0, len(letters))
+	for _, l := range letters {
+		o := redriveOne(ctx, opts, producer, l)
+		log := opts.Logger.With("dead_letter", l.ID(), "request_id", l.RequestID, "conversation_id", l.ConversationID,
+			"topic", l.Source.Topic, "partition", l.Source.Partition, "offset", l.Source.Offset)
+		if o.Err != nil {
+			log.Error("dead letter not re-driven", "err", o.Err)
+		} else {
+			log.Info("dead letter re-driven", "action", string(o.Action), "to_partition", o.Partition, "to_offset", o.Offset)
+		}
+		out = append(out, o)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return out, nil
+}
+
+func redriveOne(ctx context.Context, opts Options, producer sarama.SyncProducer, l Letter) Outcome {
+	o := Outcome{Letter: l}
+	topic := opts.RequestsTopic
+	if topic == "" {
+		topic = l.Source.Topic
+	}
+	if topic == "" || l.Source.Offset < 0 {
+		o.Err = errors.New("deadletter: the dead letter does not say where its request came from (source headers)")
+		return o
+	}
+	value, key, headers := l.Value, l.Key, l.Headers
+	if l.ValueDropped != "" || value == nil {
+		src, err := readSource(ctx, opts.Client, l.Source.Topic, l.Source.Partition, l.Source.Offset)
+		if err != nil {
+			o.Err = err
+			return o
+		}
+		value, key = src.Value, src.Key
+		headers = headers[:0:0]
+		for _, h := range src.Headers {
+			if h != nil {
+				headers = append(headers, *h)
+			}
+		}
+	}
+	o.Action = Redriven
+	if req, err := opts.Decoder.Decode(value); err == nil {
+		e, err := opts.Inbox.Redrive(ctx, turn.InboxKey(opts.App, req), opts.Note)
+		switch {
+		case err == nil:
+		case errors.Is(err, inbox.ErrNotFound):
+			// Dead-lettered before the inbox saw it (or purged since): nothing blocks it.
+		case errors.Is(err, inbox.ErrNotDead) && e.Status == inbox.StatusDone:
+			o.Action, o.Entry = SkippedDone, &e
+			return o
+		case errors.Is(err, inbox.ErrNotDead) && e.Attempts == 0 && len(e.Redrives) > 0:
+			o.Action = Republished
+		case errors.Is(err, inbox.ErrNotDead):
+			o.Action, o.Entry = SkippedRunning, &e
+			return o
+		default:
+			o.Err = fmt.Errorf("deadletter: inbox re-drive of request %s: %w", req.ID, err)
+			return o
+		}
+		if err == nil || o.Action == Republished {
+			o.Entry = &e
+		}
+	}
+	msg := &sarama.ProducerMessage{Topic: topic, Key: sarama.ByteEncoder(key), Value: sarama.ByteEncoder(value),
+		Headers:  append(headers[:len(headers):len(headers)], sarama.RecordHeader{Key: []byte(HeaderRedrivenFrom), Value: []byte(l.ID())}),
+		Metadata: sourcePartition(l.Source.Partition)}
+	p, off, err := producer.SendMessage(msg)
+	if err != nil {
+		o.Err = fmt.Errorf("deadletter: publish to %s: %w (the inbox entry is re-driven; run the re-drive again)", topic, err)
+		return o
+	}
+	o.Partition, o.Offset = p, off
+	return o
+}
+
+// sourcePartition in ProducerMessage.Metadata asks for the request's own partition.
+type sourcePartition int32
+
+// partitioner puts a request back on its source partition, or, when the topic has fewer
+// partitions now, where a Java producer would put its key (murmur2).
+type partitioner struct{ murmur2 sarama.Partitioner }
+
+func (p partitioner) Partition(msg *sarama.ProducerMessage, n int32) (int32, error) {
+	if sp, ok := msg.Metadata.(sourcePartition); ok && int32(sp) >= 0 && int32(sp) < n {
+		return int32(sp), nil
+	}
+	return p.murmur2.Partition(msg, n)
+}
+
+func (partitioner) RequiresConsistency() bool { return true }
+
+func newProducer(client sarama.Client) (sarama.SyncProducer, error) {
+	// The producer needs its own settings; build a client of its own on the same brokers.
+	base := client.Config()
+	sc := *base
+	sc.Producer.Idempotent = true
+	sc.Producer.RequiredAcks = sarama.WaitForAll
+	sc.Net.MaxOpenRequests = 1
+	sc.Producer.Return.Successes = true
+	sc.Producer.Return.Errors = true
+	if sc.Producer.Retry.Max < 5 {
+		sc.Producer.Retry.Max = 5
+	}
+	sc.Producer.Partitioner = func(topic string) sarama.Partitioner {
+		return partitioner{murmur2: sarama.NewMurmur2Partitioner(topic)}
+	}
+	var brokers []string
+	for _, b := range client.Brokers() {
+		brokers = append(brokers, b.Addr())
+	}
+	p, err := sarama.NewSyncProducer(brokers, &sc)
+	if err != nil {
+		return nil, fmt.Errorf("deadletter: producer: %w", err)
+	}
+	return p, nil
+}

@@ -1,0 +1,417 @@
+package turntest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/turnstile-go/turnstile/inbox"
+	"github.com/turnstile-go/turnstile/session"
+	"github.com/turnstile-go/turnstile/turn"
+)
+
+// Effects is a fake side-effect service for the crash harness, standing for a payment or mail
+// API that dedups on an idempotency key: the host's model performs each side effect through
+// Do, with the key it would send to the real service (turn.ToolKey or turn.Input.ToolKey) and
+// a description of the effect ("refund A-1 700"). It is safe for concurrent use.
+type Effects struct {
+	mu    sync.Mutex
+	keys  map[string]string   // idempotency key -> effect
+	done  map[string][]string // effect -> the keys it was performed under
+	order []string            // effects, first performance first
+}
+
+// NewEffects returns an empty Effects.
+func NewEffects() *Effects {
+	return &Effects{keys: make(map[string]string), done: make(map[string][]string)}
+}
+
+// Do performs effect under the idempotency key key, as a service that dedups on it does: the
+// first call with a key performs it and returns true; a later call with the same key performs
+// nothing and returns false. The same effect under two keys is performed twice: that is what
+// the crash harness catches.
+func (e *Effects) Do(key, effect string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, seen := e.keys[key]; seen {
+		return false
+	}
+	e.keys[key] = effect
+	if len(e.done[effect]) == 0 {
+		e.order = append(e.order, effect)
+	}
+	e.done[effect] = append(e.done[effect], key)
+	return true
+}
+
+// Performed returns how many times effect was performed (under distinct keys).
+func (e *Effects) Performed(effect string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.done[effect])
+}
+
+// Duplicates returns the effects performed more than once, each with the keys it was
+// performed under, in the order they were first performed.
+func (e *Effects) Duplicates() []Duplicate {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []Duplicate
+	for _, eff := range e.order {
+		if keys := e.done[eff]; len(keys) > 1 {
+			out = append(out, Duplicate{Effect: eff, Keys: append([]string(nil), keys...)})
+		}
+	}
+	return out
+}
+
+// Duplicate is a side effect that happened more than once.
+type Duplicate struct {
+	Effect string
+	// Keys are the idempotency keys it was performed under: distinct keys for one effect mean
+	// the key was derived from something that changes between runs of the turn.
+	Keys []string
+}
+
+// CrashPoint is a row of the crash table (docs/DESIGN.md): where a turn's process dies.
+type CrashPoint string
+
+// The crash table's rows: the process dies right after this step of the turn.
+const (
+	AfterBegin    CrashPoint = "after inbox begin"
+	AfterModel    CrashPoint = "after the model call"
+	AfterAppend   CrashPoint = "after the session append"
+	AfterComplete CrashPoint = "after the inbox complete"
+	AfterPublish  CrashPoint = "after the publish"
+)
+
+// CrashPoints lists the crash table's rows in the order of a turn.
+var CrashPoints = []CrashPoint{AfterBegin, AfterModel, AfterAppend, AfterComplete, AfterPublish}
+
+// CrashConfig configures the crash harness.
+type CrashConfig struct {
+	// NewModel returns the host's model, performing its side effects through fx. It is
+	// called for every delivery, as a restarted process builds its model again; fx is the
+	// same service across the deliveries of one crash point. Required.
+	NewModel func(fx *Effects) turn.ModelClient
+	// Requests are delivered in order, each first crashing at the point and then delivered
+	// again; default three requests of one conversation.
+	Requests []turn.Request
+	// Runner, when set, adjusts the Runner of each delivery (App, HistoryLimit, ...); the
+	// harness sets Model, Sessions and Inbox.
+	Runner func(r *turn.Runner)
+}
+
+// CrashReport is what happened at one crash point.
+type CrashReport struct {
+	Point CrashPoint
+	// Duplicates are the side effects performed more than once.
+	Duplicates []Duplicate
+	// ModelCalls counts the model calls per request id, crashed ones included.
+	ModelCalls map[string]int
+	// Problems are broken guarantees other than duplicates: a redelivery that failed, a
+	// request with no result or with a turn stored other than once, a model called again
+	// after its turn was stored.
+	Problems []string
+}
+
+// OK reports whether the crash point showed no duplicate and no problem.
+func (r CrashReport) OK() bool { return len(r.Duplicates) == 0 && len(r.Problems) == 0 }
+
+// String formats the report for a test failure.
+func (r CrashReport) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "crash %s:", r.Point)
+	for _, d := range r.Duplicates {
+		fmt.Fprintf(&b, "\n  side effect %q happened %d times, under keys %s: derive the call id given to turn.ToolKey from something stable across re-runs (the tool's name and ordinal in the turn, or a hash of its arguments), not the model's tool-call id",
+			d.Effect, len(d.Keys), strings.Join(d.Keys, ", "))
+	}
+	for _, p := range r.Problems {
+		b.WriteString("\n  " + p)
+	}
+	return b.String()
+}
+
+// CheckCrashes runs [Crashes] and fails t with every report that is not OK. It returns the
+// reports.
+func CheckCrashes(t testing.TB, cfg CrashConfig) []CrashReport {
+	t.Helper()
+	reports, err := Crashes(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("turntest: crash harness: %v", err)
+	}
+	var bad []string
+	for _, r := range reports {
+		if !r.OK() {
+			bad = append(bad, r.String())
+		}
+	}
+	if len(bad) > 0 {
+		t.Fatalf("turntest: side effects or turns not once across crashes:\n%s", strings.Join(bad, "\n"))
+	}
+	return reports
+}
+
+// Crashes runs cfg's requests through a turn.Runner on memory stores once per crash point
+// (CrashPoints), each with stores and an Effects of its own: every request's first delivery
+// dies at the point (from then on that process writes nothing: no store call of it lands),
+// and the request is delivered again to a fresh Runner and model, as Kafka redelivers after a
+// crash. AfterPublish delivers a request that completed once more. It reports, per point,
+// the side effects that happened more than once and any other broken guarantee. Errors: an
+// invalid cfg.
+func Crashes(ctx context.Context, cfg CrashConfig) ([]CrashReport, error) {
+	if cfg.NewModel == nil {
+		return nil, errors.New("turntest: CrashConfig.NewModel is nil")
+	}
+	reqs := cfg.Requests
+	if len(reqs) == 0 {
+		for i := range 3 {
+			reqs = append(reqs, NewRequest("crash-conversation", "crash-user", fmt.Sprintf("message %d", i+1)))
+		}
+	}
+	out := make([]CrashReport, 0, len(CrashPoints))
+	for _, point := range CrashPoints {
+		out = append(out, crashAt(ctx, cfg, reqs, point))
+	}
+	return out, nil
+}
+
+// quiet drops the Runner's logs of the crashes the harness makes.
+var quiet = slog.New(slog.DiscardHandler)
+
+// errCrashed is what a crashed process's calls return: nothing of them lands.
+var errCrashed = errors.New("turntest: process crashed")
+
+// crashSwitch is one process's life: armed at a point, dead from the moment it is reached.
+type crashSwitch struct {
+	mu    sync.Mutex
+	point CrashPoint // "" for a process that does not crash
+	dead  bool
+}
+
+func (c *crashSwitch) isDead() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.dead
+}
+
+// reached kills the process if it is armed at p, and reports whether it is dead.
+func (c *crashSwitch) reached(p CrashPoint) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.point == p {
+		c.dead = true
+	}
+	return c.dead
+}
+
+func crashAt(ctx context.Context, cfg CrashConfig, reqs []turn.Request, point CrashPoint) CrashReport {
+	rep := CrashReport{Point: point, ModelCalls: make(map[string]int)}
+	fx := NewEffects()
+	sessions, ib := session.NewMemoryStore(), inbox.NewMemoryInbox()
+	var callsMu sync.Mutex
+	runner := func(sw *crashSwitch) *turn.Runner {
+		host := cfg.NewModel(fx)
+		model := turn.ModelFunc(func(ctx context.Context, in turn.Input) (turn.Output, error) {
+			callsMu.Lock()
+			rep.ModelCalls[in.Request.ID]++
+			callsMu.Unlock()
+			out, err := host.Respond(ctx, in)
+			if sw.reached(AfterModel) {
+				return turn.Output{}, errCrashed
+			}
+			return out, err
+		})
+		r := &turn.Runner{Logger: quiet}
+		if cfg.Runner != nil {
+			cfg.Runner(r)
+		}
+		r.Model, r.Sessions, r.Inbox = model, crashStore{Store: sessions, sw: sw}, crashInbox{Inbox: ib, sw: sw}
+		return r
+	}
+	for _, req := range reqs {
+		first := &crashSwitch{point: point}
+		res, err := runner(first).Run(ctx, req)
+		if point == AfterPublish && err == nil {
+			first.reached(AfterPublish) // the result was published; the commit never happened
+		}
+		if !first.isDead() {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("request %s: the turn never reached %q (first delivery: %v)", req.ID, point, err))
+		}
+		calls := rep.ModelCalls[req.ID]
+		again, err := runner(&crashSwitch{}).Run(ctx, req)
+		switch {
+		case err != nil:
+			rep.Problems = append(rep.Problems, fmt.Sprintf("request %s: the redelivery failed: %v", req.ID, err))
+			continue
+		case point == AfterPublish && again.Text != res.Text:
+			rep.Problems = append(rep.Problems, fmt.Sprintf("request %s: the redelivery answered %q, the first delivery %q", req.ID, again.Text, res.Text))
+		}
+		if stored := point == AfterAppend || point == AfterComplete || point == AfterPublish; stored && rep.ModelCalls[req.ID] != calls {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("request %s: the model was called again although its turn was stored", req.ID))
+		}
+	}
+	rep.Problems = append(rep.Problems, checkStored(ctx, sessions, ib, reqs, cfg)...)
+	rep.Duplicates = fx.Duplicates()
+	sort.Strings(rep.Problems)
+	return rep
+}
+
+// checkStored checks that every request has one turn in its session and a result.
+func checkStored(ctx context.Context, sessions session.Store, ib inbox.Inbox, reqs []turn.Request, cfg CrashConfig) []string {
+	r := &turn.Runner{}
+	if cfg.Runner != nil {
+		cfg.Runner(r)
+	}
+	var problems []string
+	for _, req := range reqs {
+		events, err := sessions.FindTurn(ctx, r.Key(req), req.ID)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("request %s: no turn in its session: %v", req.ID, err))
+			continue
+		}
+		e, err := ib.Get(ctx, r.InboxKey(req))
+		if err != nil || e.Status != inbox.StatusDone {
+			problems = append(problems, fmt.Sprintf("request %s: no stored result (%v, %v)", req.ID, e.Status, err))
+			continue
+		}
+		var res turn.Result
+		if err := json.Unmarshal(e.Result, &res); err != nil || res.Events != len(events) {
+			problems = append(problems, fmt.Sprintf("request %s: the stored result counts %d events, the session holds %d", req.ID, res.Events, len(events)))
+		}
+	}
+	for _, key := range sessionKeys(r, reqs) {
+		sess, err := sessions.Get(ctx, key, 0)
+		if err != nil {
+			continue
+		}
+		if want := countTurns(r, reqs, key); sess.Version != want {
+			problems = append(problems, fmt.Sprintf("session %s: %d turns stored for %d requests", key, sess.Version, want))
+		}
+	}
+	return problems
+}
+
+func sessionKeys(r *turn.Runner, reqs []turn.Request) []session.Key {
+	seen := map[session.Key]bool{}
+	var out []session.Key
+	for _, req := range reqs {
+		if k := r.Key(req); !seen[k] {
+			seen[k] = true
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func countTurns(r *turn.Runner, reqs []turn.Request, key session.Key) int64 {
+	var n int64
+	for _, req := range reqs {
+		if r.Key(req) == key {
+			n++
+		}
+	}
+	return n
+}
+
+// crashStore is a session store in a process that may die: once dead, nothing it is asked
+// lands; Append kills it at AfterAppend after the write landed.
+type crashStore struct {
+	session.Store
+	sw *crashSwitch
+}
+
+func (s crashStore) Get(ctx context.Context, key session.Key, recent int) (session.Session, error) {
+	if s.sw.isDead() {
+		return session.Session{}, errCrashed
+	}
+	return s.Store.Get(ctx, key, recent)
+}
+
+func (s crashStore) Create(ctx context.Context, key session.Key, state json.RawMessage) (session.Session, error) {
+	if s.sw.isDead() {
+		return session.Session{}, errCrashed
+	}
+	return s.Store.Create(ctx, key, state)
+}
+
+func (s crashStore) Append(ctx context.Context, key session.Key, v int64, t session.Turn) (session.Appended, error) {
+	if s.sw.isDead() {
+		return session.Appended{}, errCrashed
+	}
+	ap, err := s.Store.Append(ctx, key, v, t)
+	if s.sw.reached(AfterAppend) {
+		return session.Appended{}, errCrashed
+	}
+	return ap, err
+}
+
+func (s crashStore) FindTurn(ctx context.Context, key session.Key, requestID string) ([]session.Event, error) {
+	if s.sw.isDead() {
+		return nil, errCrashed
+	}
+	return s.Store.FindTurn(ctx, key, requestID)
+}
+
+func (s crashStore) Delete(ctx context.Context, key session.Key) error {
+	if s.sw.isDead() {
+		return errCrashed
+	}
+	return s.Store.Delete(ctx, key)
+}
+
+// crashInbox is crashStore's counterpart for the inbox: Begin kills it at AfterBegin and
+// Complete at AfterComplete, after the write landed.
+type crashInbox struct {
+	inbox.Inbox
+	sw *crashSwitch
+}
+
+func (b crashInbox) Begin(ctx context.Context, d inbox.Delivery) (inbox.Entry, error) {
+	if b.sw.isDead() {
+		return inbox.Entry{}, errCrashed
+	}
+	e, err := b.Inbox.Begin(ctx, d)
+	if b.sw.reached(AfterBegin) {
+		return inbox.Entry{}, errCrashed
+	}
+	return e, err
+}
+
+func (b crashInbox) Complete(ctx context.Context, requestID string, result []byte) error {
+	if b.sw.isDead() {
+		return errCrashed
+	}
+	err := b.Inbox.Complete(ctx, requestID, result)
+	if b.sw.reached(AfterComplete) {
+		return errCrashed
+	}
+	return err
+}
+
+func (b crashInbox) Fail(ctx context.Context, requestID string, f inbox.Failure) error {
+	if b.sw.isDead() {
+		return errCrashed
+	}
+	return b.Inbox.Fail(ctx, requestID, f)
+}
+
+func (b crashInbox) MarkDead(ctx context.Context, requestID, reason string) error {
+	if b.sw.isDead() {
+		return errCrashed
+	}
+	return b.Inbox.MarkDead(ctx, requestID, reason)
+}
+
+func (b crashInbox) Get(ctx context.Context, requestID string) (inbox.Entry, error) {
+	if b.sw.isDead() {
+		return inbox.Entry{}, errCrashed
+	}
+	return b.Inbox.Get(ctx, requestID)
+}

@@ -1,0 +1,34 @@
+// Package turntest is turnstile's test kit for hosts: what a service built on turnstile needs
+// to test its own handler against Kafka, and its own side effects against the crash table.
+//
+// # A Kafka cluster
+//
+// [NewCluster] gives a test a cluster: by default an in-process kfake cluster
+// (github.com/twmb/franz-go/pkg/kfake, a Kafka wire-protocol broker written in Go) that sarama
+// reaches over TCP on 127.0.0.1, or, when the environment variable TURNSTILE_KAFKA_BROKERS
+// holds a comma separated list of host:port, a real cluster. Tests are written the same way
+// for both: they create their topics with [Cluster.CreateTopic] and name groups and
+// transactional ids with [Cluster.Unique], so that parallel tests and repeated runs never
+// share state on a real cluster. [Start] starts kfake for a program without a *testing.T (the
+// examples run on it), and [CreateTopics] creates topics on any cluster.
+//
+// # Requests, results and dead letters
+//
+// [Cluster.ProduceRequest] writes a turn.Request as its producer would (keyed by the
+// conversation id, placed by murmur2 as a Java producer places it); [Cluster.ReadResults]
+// and [Cluster.ReadDeadLetters] read the consumer's output back, decoded.
+//
+// # The crash harness
+//
+// [CheckCrashes] runs the host's turn.ModelClient through a turn.Runner on memory stores,
+// crashes the turn at each point of the crash table (docs/DESIGN.md), redelivers it, and fails
+// the test when a side effect the model performed through [Effects] happened more than once:
+// the host's duty under G3 is to key every side effect with turn.ToolKey from something stable
+// across re-runs.
+//
+// The helpers that take a testing.TB fail the test (t.Fatalf) on error, so call them from the
+// test's own goroutine, never from a goroutine it started. A test that needs a service it
+// cannot find skips with the reason; under CI (CI=true) it fails instead. kfake is always
+// available, so this concerns a TURNSTILE_KAFKA_BROKERS that cannot be reached and a missing
+// kcat binary.
+package turntest
