@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turn/turnotel"
 )
 
 // Defaults applied by Config to zero fields.
@@ -147,6 +149,28 @@ type Config struct {
 	// Logger receives the consumer's logs, with request id, conversation id, topic,
 	// partition and offset on every line about a record. Default slog.Default().
 	Logger *slog.Logger
+
+	// ForwardHeaders names the request record headers copied onto its result record, so that
+	// a reader of the results sees them (a tenant, a correlation id). Nil means
+	// DefaultForwardHeaders (traceparent and tracestate); an empty, non-nil slice forwards
+	// none. With tracing on, traceparent and tracestate on results and dead letters are the
+	// consumer's own (its send span, in the producer's trace). A dead letter keeps every
+	// header of the record as it came. Every request's headers reach the Handler in
+	// turn.Request.Headers whatever this says.
+	ForwardHeaders []string
+	// TurnContextFunc, when set, derives each record's turn context from its request (its
+	// Headers, Source and fields), for a tenant, credentials or a deadline of the request's
+	// own. It is called once per record, after decoding, with a context that already carries
+	// the record's span; the context it returns is the one every attempt of the turn runs
+	// with, and its cancel func (nil allowed) is called when the record's turn ends. Derive
+	// from ctx: a revoke or shutdown cancels it. A context of the func's that ends (its own
+	// deadline) fails the attempt in progress and every attempt after it, so the record is
+	// dead-lettered after MaxAttempts; the inbox refunds such attempts, so the consumer
+	// counts them itself.
+	TurnContextFunc func(ctx context.Context, req turn.Request) (context.Context, context.CancelFunc)
+	// Telemetry sends traces and metrics to the host's OpenTelemetry providers; its zero
+	// value sends none and costs nothing. See the package doc, "Telemetry".
+	Telemetry turnotel.Options
 }
 
 func (c *Config) setDefaults() {
@@ -183,6 +207,9 @@ func (c *Config) setDefaults() {
 	def(&c.MaxPause, DefaultMaxPause)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.ForwardHeaders == nil {
+		c.ForwardHeaders = DefaultForwardHeaders
 	}
 }
 

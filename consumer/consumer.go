@@ -63,6 +63,38 @@
 // that finishes after that is neither published nor committed: the partition's new owner
 // redoes it, and the session's expected version fences the late writer (docs/DESIGN.md,
 // "zombie").
+//
+// # Telemetry, health and logs
+//
+// Headers: a record's headers reach the Handler in turn.Request.Headers (so a model sees a
+// producer's tenant or traceparent); Config.ForwardHeaders names those copied onto the result
+// (traceparent and tracestate by default), and a dead letter keeps every header of the record
+// as it came. Config.TurnContextFunc derives each turn's context from its request.
+//
+// Config.Telemetry takes the host's OpenTelemetry providers; the package uses the
+// OpenTelemetry API only, and with the zero value does no span work and no measurement.
+// Traces: a "process <requests topic>" span per record (kind consumer, messaging semantic
+// conventions: messaging.system, messaging.destination.name, .partition.id,
+// messaging.kafka.offset, messaging.consumer.group.name; and turnstile.request_id,
+// turnstile.conversation_id, turnstile.attempt, turnstile.outcome), a child of the W3C
+// traceparent in the record's headers; under it the Runner's spans (turn/turnotel: inbox.Begin,
+// session.Get, model.Respond, session.Append, inbox.Complete) and a "send <topic>" span (kind
+// producer) per result or dead letter, which ends when the broker acknowledges it and whose
+// trace context is written on the record (traceparent, tracestate). Metrics: the Metric*
+// names, with messaging.consumer.group.name on every point; the per-partition gauges add the
+// topic and partition, and turnstile.consumer.lag is the partition's high-water mark (from the
+// last fetch) minus the offset this member last committed.
+//
+// Consumer.Health reports whether the member is running, in its group, which partitions it
+// owns and which are paused and why; Ready is false before the first assignment and while
+// every owned partition is paused. ReadyHandler and LiveHandler serve it to Kubernetes probes.
+//
+// Logs: one line per event, from the layer that owns it: a failed attempt is one warning from
+// the consumer (the Runner logs none) with request_id, conversation_id, topic, partition,
+// offset, attempt and retry_in; a dead letter one error line once it is published; the
+// assignment and revocation of partitions and the start and end of the shutdown drain one
+// info line each. Durations are logged as text ("1.5s"). The texts of requests and replies
+// are never logged.
 package consumer
 
 import (
@@ -76,6 +108,8 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+
+	"github.com/turnstile-go/turnstile/turn/turnotel"
 )
 
 // abandonWait is how long a revoked partition's ConsumeClaim waits, after cancelling the turn in
@@ -102,6 +136,11 @@ type Consumer struct {
 	partitions atomic.Int32 // of the requests topic
 	client     sarama.Client
 	committer  atomic.Pointer[committer] // of the current session; sessions do not overlap
+
+	// Telemetry (telemetry.go, metrics.go): nil when Config.Telemetry leaves it off.
+	tracing *tracing
+	meters  *meters
+	health  health // health.go
 }
 
 // New validates cfg, applies its defaults and returns a Consumer that serves records with h.
@@ -121,8 +160,17 @@ func New(cfg Config, h Handler) (*Consumer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Consumer{cfg: cfg, h: h, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxInFlight),
-		work: make(chan *record, cfg.MaxInFlight)}, nil
+	if rh, ok := h.(runnerHandler); ok && cfg.Telemetry.Enabled() {
+		h = runnerHandler{turnotel.Runner(rh.r, cfg.Telemetry)} // spans for the inbox, session and model
+	}
+	c := &Consumer{cfg: cfg, h: h, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxInFlight),
+		work: make(chan *record, cfg.MaxInFlight), tracing: newTracing(&cfg)}
+	m, err := newMeters(c)
+	if err != nil {
+		return nil, err
+	}
+	c.meters = m
+	return c, nil
 }
 
 // Run joins the consumer group and serves records until ctx ends, then drains: the turns in
@@ -135,6 +183,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return errors.New("consumer: Run called twice")
 	}
+	defer c.meters.close()
 	if cc, ok := c.h.(concurrencyChecker); ok {
 		if err := cc.CheckConcurrency(c.cfg.MaxInFlight); err != nil {
 			c.log.Warn("the handler's stores may not keep up with MaxInFlight; turns will wait for connections",
@@ -147,6 +196,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	defer client.Close()
 	c.client = client
+	c.health.running.Store(true)
+	defer c.health.running.Store(false)
 	if err := c.refreshPartitions(); err != nil {
 		return err
 	}
@@ -193,6 +244,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 	})
 	bo := newBackoff(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff)
+	defer c.logDrain(ctx)()
 	for ctx.Err() == nil {
 		err := group.Consume(ctx, []string{c.cfg.RequestsTopic}, groupHandler{c})
 		if ctx.Err() != nil || errors.Is(err, sarama.ErrClosedConsumerGroup) {
@@ -207,7 +259,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	// Leaving the group moves the partitions at once; against a hung broker it is bounded.
 	if !within(commitTimeout, func() { err = group.Close() }) {
-		c.log.Warn("leaving the consumer group did not finish in time; continuing", "timeout", commitTimeout)
+		c.log.Warn("leaving the consumer group did not finish in time; continuing", "timeout", commitTimeout.String())
 		return nil
 	}
 	wg.Wait()
@@ -286,8 +338,8 @@ func (g groupHandler) Setup(sess sarama.ConsumerGroupSession) error {
 		for {
 			select {
 			case <-tick.C:
-				sess.Commit()
-				g.c.stats.commits.Add(1)
+				g.c.commitMarks(sess) // a commit that hangs is retried at the next tick
+				g.c.checkProgress()
 			case <-cm.stop:
 				return
 			case <-sess.Context().Done():
@@ -295,8 +347,7 @@ func (g groupHandler) Setup(sess sarama.ConsumerGroupSession) error {
 			}
 		}
 	}()
-	g.c.log.Info("joined consumer group", "group", g.c.cfg.GroupID, "member", sess.MemberID(),
-		"generation", sess.GenerationID(), "claims", sess.Claims())
+	g.c.assigned(sess)
 	return nil
 }
 
@@ -306,6 +357,7 @@ func (g groupHandler) Cleanup(sess sarama.ConsumerGroupSession) error {
 		<-cm.done
 	}
 	g.c.commit(sess, g.c.log)
+	g.c.revoked(sess)
 	return nil
 }
 
@@ -318,7 +370,8 @@ func (g groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim saram
 func (c *Consumer) consumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
 	p := newPartition(c, sess, tp{claim.Topic(), claim.Partition()})
 	defer p.cancelTurns()
-	p.log.Info("partition claimed", "offset", claim.InitialOffset())
+	defer c.own(p, claim)()
+	p.log.Debug("partition claimed", "offset", claim.InitialOffset())
 	c.stats.claims.Add(1)
 	if err := c.refreshPartitions(); err != nil { // the topic may have grown: result placement
 		p.log.Warn("refresh partition count", "err", err)
@@ -379,11 +432,9 @@ feed:
 const commitTimeout = 5 * time.Second
 
 func (c *Consumer) commit(sess sarama.ConsumerGroupSession, log *slog.Logger) {
-	if !within(commitTimeout, sess.Commit) {
-		log.Warn("commit did not finish in time; continuing", "timeout", commitTimeout)
-		return
+	if !c.commitMarks(sess) {
+		log.Warn("commit did not finish in time; continuing", "timeout", commitTimeout.String())
 	}
-	c.stats.commits.Add(1)
 }
 
 // within runs f and waits for it at most d; it reports whether f finished.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/cenkalti/backoff/v5"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/turnstile-go/turnstile/turn"
 )
@@ -37,6 +38,8 @@ type outbound struct {
 	partitions int32 // the requests topic's partition count when the outcome was built
 
 	bo *backoff.ExponentialBackOff // failed publishes, made on the first failure
+
+	span trace.Span // the send span when tracing is on (telemetry.go)
 }
 
 // output is the member's async idempotent producer (results and dead letters) and the loop
@@ -113,6 +116,10 @@ func (o *output) acks() {
 
 // delivered counts an acknowledged outcome (acks=all: durable) and completes its record.
 func (p *partition) delivered(ob *outbound) {
+	ob.endPublish(nil)
+	if m := p.c.meters; m != nil {
+		m.outcome(ob)
+	}
 	switch ob.kind {
 	case outResult:
 		p.c.stats.results.Add(1)
@@ -134,6 +141,7 @@ func (p *partition) delivered(ob *outbound) {
 // can block (a send, a sleep) runs in a goroutine of its own.
 func (p *partition) failed(ob *outbound, err error) {
 	if refused(err) {
+		ob.endPublish(err)
 		next := ob.replacement(err)
 		if next == nil {
 			// Not even the bare dead letter fits: say so as loudly as we can, and move on.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/cenkalti/backoff/v5"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/turnstile-go/turnstile/turn"
 )
@@ -37,75 +38,149 @@ func (rl *recordLog) get() *slog.Logger {
 // process runs r's turn to an outcome: a result to publish (or nil, for a Handler that
 // publishes nothing) or a dead letter. It returns false when the turn was abandoned (revoke,
 // shutdown): nothing is handed off, and the record is left to the partition's next owner.
+// With telemetry on it wraps the turn in the record's process span and measures it; off, it
+// costs two nil checks.
 func (p *partition) process(r *record) (*outbound, bool) {
-	c, msg, ctx := p.c, r.msg, p.c.turnContext(p.turns)
+	ctx, t, m := p.c.turnContext(p.turns), p.c.tracing, p.c.meters
+	if t == nil && m == nil {
+		ob, ok, _ := p.run(ctx, r, nil)
+		return ob, ok
+	}
+	var (
+		span  trace.Span
+		began time.Time
+	)
+	if t != nil {
+		ctx, span = t.startProcess(ctx, r.msg)
+	}
+	if m != nil {
+		began = time.Now()
+	}
+	ob, ok, calls := p.run(ctx, r, span)
+	if span != nil {
+		if ob != nil && ok {
+			t.startPublish(ctx, ob)
+		}
+		endProcess(span, ob, ok, calls)
+	}
+	if m != nil {
+		outcome := outcomeOf(ob, ok)
+		m.turnDuration.Record(ctx, since(began), m.outcomes[outcome])
+		if ob == nil { // abandoned, or a Handler's nil Result: no acknowledgement will count it
+			m.turns.Add(ctx, 1, m.outcomes[outcome])
+		}
+	}
+	return ob, ok
+}
+
+// run is process's loop: decode, then attempts until an outcome. It returns the number of
+// Handler calls too; span, when not nil, is the record's process span.
+func (p *partition) run(ctx context.Context, r *record, span trace.Span) (*outbound, bool, int) {
+	c, msg := p.c, r.msg
 	rl := &recordLog{p: p, msg: msg}
 	req, err := p.decode(msg)
 	if err != nil {
-		rl.get().Warn("undecodable record dead-lettered", "err", err)
-		return p.deadLetter(r, nil, err.Error(), err, 0), true
+		var mismatch *keyMismatchError
+		if errors.As(err, &mismatch) {
+			rl.get().Warn("record key differs from the request's conversation_id; dead-lettered (G7)",
+				"key", clipID(string(msg.Key)), "conversation_id", clipID(mismatch.conversation))
+		} else {
+			rl.get().Warn("undecodable record dead-lettered", "err", err)
+		}
+		return p.deadLetter(r, nil, err.Error(), err, 0), true, 0
 	}
 	rl.req = &req
+	if span != nil {
+		request(span, &req)
+	}
+	if f := c.cfg.TurnContextFunc; f != nil {
+		hctx, cancel := f(ctx, req)
+		if cancel != nil {
+			defer cancel()
+		}
+		if hctx != nil {
+			ctx = hctx
+		}
+	}
 	bo := newBackoff(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff)
-	failures := 0
+	failures, calls := 0, 0
 	for {
 		probe, err := c.throttle.wait(p.waits, true)
 		if err != nil {
-			return p.abandonTurn(rl)
+			p.abandonTurn(rl)
+			return nil, false, calls
 		}
 		res, encoded, err := p.handle(ctx, req)
+		calls++
 		kind := turn.Classify(err)
-		aborted := err != nil && ctx.Err() != nil // revoked or shut down mid-turn
+		aborted := err != nil && p.turns.Err() != nil // revoked or shut down mid-turn
+		if kind == turn.KindAbandoned && !aborted {
+			kind = turn.KindAttempt // the turn's own context ended (TurnContextFunc's deadline)
+		}
+		if m := c.meters; m != nil {
+			m.attempts.Add(ctx, 1, m.kinds[kind])
+		}
 		if aborted || (kind != turn.KindNone && kind != turn.KindRateLimited) {
 			c.throttle.endProbe(probe)
 		}
 		if aborted {
-			return p.abandonTurn(rl) // whatever the handler made of it
+			p.abandonTurn(rl)
+			return nil, false, calls // whatever the handler made of it
 		}
 		switch kind {
 		case turn.KindNone:
 			c.throttle.succeeded()
 			c.stats.turns.Add(1)
-			return p.result(r, &req, res, encoded, rl), true
+			return p.result(r, &req, res, encoded, rl), true, calls
 		case turn.KindPermanent:
 			reason, attempts := err.Error(), failures+1
 			var dle *turn.DeadLetterError
 			if errors.As(err, &dle) {
 				reason, attempts = dle.Reason, dle.Attempts
 			}
-			return p.deadLetter(r, &req, reason, err, attempts), true
+			return p.deadLetter(r, &req, reason, err, attempts), true, calls
 		case turn.KindRateLimited:
 			c.stats.rateLimited.Add(1)
 			d, _ := turn.RetryDelay(err)
 			if c.throttle.pause(d, probe) {
 				c.stats.pauses.Add(1)
+				if m := c.meters; m != nil {
+					m.pauses.Add(ctx, 1, m.base)
+				}
 			}
 		case turn.KindUnavailable:
-			rl.get().Warn("turn hit an unavailable dependency; retrying, no attempt spent", "err", err)
-			if !sleep(p.waits, bo.NextBackOff()) {
-				return p.abandonTurn(rl)
+			c.health.sawUnavailable(err)
+			d := bo.NextBackOff()
+			rl.get().Warn("turn hit an unavailable dependency; retrying, no attempt spent", "err", err, "retry_in", d.String())
+			if !sleep(p.waits, d) {
+				p.abandonTurn(rl)
+				return nil, false, calls
 			}
-		case turn.KindAttempt:
+		case turn.KindAttempt, turn.KindAbandoned:
 			failures++
 			c.stats.retries.Add(1)
+			attempt := failures
+			var ae *turn.AttemptError
+			if errors.As(err, &ae) {
+				attempt = ae.Attempt
+			}
 			if failures >= c.cfg.MaxAttempts {
 				reason := fmt.Sprintf("%d attempts failed in this member; last error: %v", failures, err)
-				return p.deadLetter(r, &req, reason, err, failures), true
+				return p.deadLetter(r, &req, reason, err, attempt), true, calls
 			}
-			rl.get().Warn("turn attempt failed; retrying", "err", err, "failures", failures)
-			if !sleep(p.waits, bo.NextBackOff()) {
-				return p.abandonTurn(rl)
+			d := bo.NextBackOff()
+			rl.get().Warn("turn attempt failed; retrying", "attempt", attempt, "err", err, "retry_in", d.String())
+			if !sleep(p.waits, d) {
+				p.abandonTurn(rl)
+				return nil, false, calls
 			}
-		case turn.KindAbandoned:
-			return p.abandonTurn(rl)
 		}
 	}
 }
 
-func (p *partition) abandonTurn(rl *recordLog) (*outbound, bool) {
+func (p *partition) abandonTurn(rl *recordLog) {
 	p.c.stats.abandoned.Add(1)
 	rl.get().Info("turn abandoned; the partition's next owner redoes it")
-	return nil, false
 }
 
 // handle calls the Handler with the optional TurnTimeout. It returns the Result's encoding
@@ -141,10 +216,27 @@ func (p *partition) decode(msg *sarama.ConsumerMessage) (turn.Request, error) {
 		return turn.Request{}, err
 	}
 	if req.ConversationID != string(msg.Key) {
-		return turn.Request{}, fmt.Errorf("record key %.80q differs from conversation_id %.80q", msg.Key, req.ConversationID)
+		return turn.Request{}, &keyMismatchError{key: string(msg.Key), conversation: req.ConversationID}
 	}
 	req.Source = turn.Source{Topic: msg.Topic, Partition: msg.Partition, Offset: msg.Offset}
+	req.Headers = recordHeaders(msg)
 	return req, nil
+}
+
+// keyMismatchError is a record whose key is not its request's conversation id: served, it
+// could reach another conversation's session (G7), so it is dead-lettered.
+type keyMismatchError struct{ key, conversation string }
+
+func (e *keyMismatchError) Error() string {
+	return fmt.Sprintf("record key %.80q differs from conversation_id %.80q", e.key, e.conversation)
+}
+
+// clipID bounds an id from a record for a log line.
+func clipID(s string) string {
+	if len(s) <= 80 {
+		return s
+	}
+	return strings.ToValidUTF8(s[:80], "") + "…"
 }
 
 // result builds the result record of a turn, or returns nil when the Handler publishes
@@ -166,10 +258,10 @@ func (p *partition) result(r *record, req *turn.Request, res *turn.Result, encod
 		partitions: p.c.partitions.Load()}
 	ob.pm = &sarama.ProducerMessage{
 		Topic: p.c.cfg.ResultsTopic, Key: sarama.ByteEncoder(r.msg.Key), Value: sarama.ByteEncoder(value),
-		Headers: []sarama.RecordHeader{
+		Headers: p.c.forward([]sarama.RecordHeader{
 			header(HeaderRequestID, req.ID), header(HeaderConversationID, req.ConversationID),
 			header(HeaderAttempt, itoa(res.Attempt)),
-		},
+		}, req),
 		Metadata: ob,
 	}
 	return ob

@@ -60,6 +60,12 @@ type Request struct {
 	// Source locates the record the request came in; the consumer sets it. It is not part of
 	// the JSON envelope.
 	Source Source `json:"-"`
+	// Headers are the headers of the record the request came in, name to value (a name that
+	// repeats keeps its last value); nil when the record has none. The consumer sets them, so
+	// a model sees a producer's traceparent or tenant in Input.Request.Headers; in Temporal
+	// mode they are the headers the bridge carries (workflow.BridgeOptions.Headers). They are
+	// not part of the JSON envelope; treat them as read-only.
+	Headers map[string]string `json:"-"`
 }
 
 // Source is where a request was read: the record's topic, partition and own offset.

@@ -404,48 +404,43 @@ func (r *Runner) result(req Request, stored []session.Event) (Result, []byte, er
 	return res, data, nil
 }
 
-// failed records a failed attempt in the inbox and turns the error into what Run returns.
+// failed records a failed attempt in the inbox and turns the error into what Run returns: a
+// *DeadLetterError, or an *AttemptError for the caller to log and retry. The Runner logs
+// neither: the caller owns the retry and the dead letter, and logs each once.
 func (r *Runner) failed(ctx context.Context, req Request, attempts int, err error) error {
-	err = fmt.Errorf("turn %s attempt %d: %w", req.ID, attempts, err)
-	kind := Classify(err)
-	log := r.logger().With("request_id", req.ID, "conversation_id", req.ConversationID,
-		"topic", req.Source.Topic, "partition", req.Source.Partition, "offset", req.Source.Offset,
-		"attempt", attempts, "kind", kind.String())
-	switch kind {
+	aerr := &AttemptError{RequestID: req.ID, Attempt: attempts, Err: err}
+	switch Classify(err) {
 	case KindPermanent:
-		return r.deadLetter(ctx, req, attempts, err.Error(), err)
+		return r.deadLetter(ctx, req, attempts, aerr.Error(), aerr)
 	case KindAttempt:
 		if attempts >= r.Attempts() {
-			return r.deadLetter(ctx, req, attempts, fmt.Sprintf("%d attempts exhausted; last error: %v", attempts, err), err)
+			return r.deadLetter(ctx, req, attempts, fmt.Sprintf("%d attempts exhausted; last error: %v", attempts, aerr), aerr)
 		}
-		log.Warn("turn attempt failed", "err", err)
-		r.bookkeep(ctx, log, func(ctx context.Context) error {
-			return r.Inbox.Fail(ctx, r.InboxKey(req), inbox.Failure{Reason: err.Error()})
+		r.bookkeep(ctx, req, func(ctx context.Context) error {
+			return r.Inbox.Fail(ctx, r.InboxKey(req), inbox.Failure{Reason: aerr.Error()})
 		})
 	default: // not the request's fault: give the attempt back
-		log.Info("turn not completed; attempt refunded", "err", err)
-		r.bookkeep(ctx, log, func(ctx context.Context) error {
-			return r.Inbox.Fail(ctx, r.InboxKey(req), inbox.Failure{Reason: err.Error(), Refund: true})
+		r.bookkeep(ctx, req, func(ctx context.Context) error {
+			return r.Inbox.Fail(ctx, r.InboxKey(req), inbox.Failure{Reason: aerr.Error(), Refund: true})
 		})
 	}
-	return err
+	return aerr
 }
 
-// deadLetter marks the request dead and returns the *DeadLetterError for the caller to publish.
+// deadLetter marks the request dead and returns the *DeadLetterError for the caller to publish
+// (and log, once it is published).
 func (r *Runner) deadLetter(ctx context.Context, req Request, attempts int, reason string, cause error) error {
-	log := r.logger().With("request_id", req.ID, "conversation_id", req.ConversationID,
-		"topic", req.Source.Topic, "partition", req.Source.Partition, "offset", req.Source.Offset)
-	log.Error("request dead-lettered", "attempts", attempts, "reason", reason)
-	r.bookkeep(ctx, log, func(ctx context.Context) error { return r.Inbox.MarkDead(ctx, r.InboxKey(req), reason) })
+	r.bookkeep(ctx, req, func(ctx context.Context) error { return r.Inbox.MarkDead(ctx, r.InboxKey(req), reason) })
 	return &DeadLetterError{RequestID: req.ID, Reason: reason, Attempts: attempts, Err: cause}
 }
 
 // bookkeep runs an inbox write that must happen even when ctx has ended. Its failure is only
 // logged: the inbox then counts the attempt anyway, which errs on the side of the DLQ.
-func (r *Runner) bookkeep(ctx context.Context, log *slog.Logger, write func(context.Context) error) {
+func (r *Runner) bookkeep(ctx context.Context, req Request, write func(context.Context) error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bookkeepingTimeout)
 	defer cancel()
 	if err := write(ctx); err != nil {
-		log.Warn("inbox bookkeeping failed", "err", err)
+		r.logger().Warn("inbox bookkeeping failed", "request_id", req.ID, "conversation_id", req.ConversationID,
+			"topic", req.Source.Topic, "partition", req.Source.Partition, "offset", req.Source.Offset, "err", err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	twf "go.temporal.io/sdk/workflow"
 
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turn/turnotel"
 )
 
 // Defaults of WorkerOptions.
@@ -57,8 +58,14 @@ type WorkerOptions struct {
 	// sequence mark, the dedup window); SQLLedger is one. Without it idle runs do not end.
 	// Give every worker of the task queue the same setting.
 	States StateStore
-	// Logger gets a line per dead letter and per failed publish; default slog.Default().
+	// Logger gets a line per dead letter, per failed attempt and per failed publish; default
+	// slog.Default().
 	Logger *slog.Logger
+	// Telemetry, when set, instruments the Runner (turn/turnotel: inbox, session and model
+	// spans, the model's duration) and starts a span per turn under the trace the request's
+	// headers carry from the bridge. Give the worker's client the same through ClientOptions
+	// for Temporal's own spans and metrics.
+	Telemetry turnotel.Options
 }
 
 // worker holds what the workflow and the activity of one worker share.
@@ -90,6 +97,7 @@ func Register(w tworker.Registry, opts WorkerOptions) error {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	opts.Runner = turnotel.Runner(opts.Runner, opts.Telemetry)
 	a := &worker{opts: opts}
 	w.RegisterWorkflowWithOptions(a.Conversation, twf.RegisterOptions{Name: WorkflowName})
 	w.RegisterActivityWithOptions(a.ApplyTurn, activity.RegisterOptions{Name: ActivityName})
@@ -149,7 +157,19 @@ func (a *worker) ApplyTurn(ctx context.Context, in TurnInput) (Outcome, error) {
 			}
 		}
 	}
+	req.Headers = headers
 	env.Request, env.Headers = req, headers
+	ctx, span := a.startTurn(ctx, env)
+	out, err := a.applyTurn(ctx, env, in)
+	if span != nil {
+		endTurn(span, out, err)
+	}
+	return out, err
+}
+
+// applyTurn is ApplyTurn once the request and its headers are set up.
+func (a *worker) applyTurn(ctx context.Context, env Envelope, in TurnInput) (Outcome, error) {
+	req := env.Request
 	if in.Reject != "" {
 		return a.deadLetter(ctx, env, DeadLetter{Reason: in.Reject}, turn.KindPermanent)
 	}
@@ -173,6 +193,16 @@ func (a *worker) ApplyTurn(ctx context.Context, in TurnInput) (Outcome, error) {
 		return Outcome{}, temporal.NewApplicationErrorWithOptions(err.Error(), errTypeRateLimited,
 			temporal.ApplicationErrorOptions{NextRetryDelay: d})
 	default:
+		// The one line of a failed attempt: the Runner logs none, Temporal's retry policy
+		// runs the next attempt.
+		attempt := 0
+		var ae *turn.AttemptError
+		if errors.As(err, &ae) {
+			attempt = ae.Attempt
+		}
+		a.opts.Logger.Warn("turn attempt failed; the activity retries", "request_id", req.ID, "conversation_id", req.ConversationID,
+			"topic", env.Source.Topic, "partition", env.Source.Partition, "offset", env.Source.Offset,
+			"attempt", attempt, "kind", kind.String(), "err", err)
 		return Outcome{}, temporal.NewApplicationError(err.Error(), kind.String())
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turn/turnotel"
 )
 
 // Defaults of BridgeOptions.
@@ -33,8 +34,10 @@ type BridgeOptions struct {
 	// Headers names the record headers carried into Temporal (and to the model's input);
 	// default DefaultHeaders. The bridge reads them from Tap.
 	Headers []string
-	// Tap, when set, supplies the record headers: add it to the consumer's
-	// Sarama.Consumer.Interceptors. The consumer's Handler sees the request, not the record.
+	// Tap, when set, supplies the record headers of requests that come without
+	// turn.Request.Headers: add it to the consumer's Sarama.Consumer.Interceptors. The consumer
+	// sets Request.Headers, so the bridge it calls needs no Tap; one is kept for requests
+	// handed to the bridge by other code.
 	Tap *HeaderTap
 	// Ledger, when set, records every request handed off, so that Reconcile can re-send a
 	// gap from it.
@@ -46,6 +49,11 @@ type BridgeOptions struct {
 	MaxPayloadBytes int
 	// Logger gets a line per refused hand-off; default slog.Default().
 	Logger *slog.Logger
+	// Telemetry's Propagator (default W3C trace context) writes the trace context of the
+	// Handler's context (the consumer's process span, when the consumer traces) into each
+	// envelope's headers, in place of the producer's, so the turn's spans in the activity
+	// hang under the hand-off. Without a span in the context the headers go as they came.
+	Telemetry turnotel.Options
 }
 
 // Bridge hands requests from the consumer to their conversation workflows: the Temporal
@@ -95,7 +103,7 @@ func (b *Bridge) WorkflowID(conversationID string) string { return b.opts.IDPref
 // Temporal can never accept (over MaxPayloadBytes, an invalid argument) is turn.Permanent; a
 // context ended by the consumer is turn.ErrAbandoned.
 func (b *Bridge) Handle(ctx context.Context, req turn.Request) (*turn.Result, error) {
-	return nil, b.send(ctx, req.ConversationID, []Envelope{b.envelope(req)})
+	return nil, b.send(ctx, req.ConversationID, []Envelope{b.envelope(ctx, req)})
 }
 
 // HandOff hands several requests over with one signal per conversation (a batch), in the order
@@ -108,7 +116,7 @@ func (b *Bridge) HandOff(ctx context.Context, reqs []turn.Request) error {
 		if _, ok := byConv[req.ConversationID]; !ok {
 			order = append(order, req.ConversationID)
 		}
-		byConv[req.ConversationID] = append(byConv[req.ConversationID], b.envelope(req))
+		byConv[req.ConversationID] = append(byConv[req.ConversationID], b.envelope(ctx, req))
 	}
 	for _, conv := range order {
 		if err := b.send(ctx, conv, byConv[conv]); err != nil {
@@ -118,11 +126,19 @@ func (b *Bridge) HandOff(ctx context.Context, reqs []turn.Request) error {
 	return nil
 }
 
-func (b *Bridge) envelope(req turn.Request) Envelope {
+// envelope wraps req with the headers named in BridgeOptions.Headers: from the request
+// (turn.Request.Headers, which the consumer sets), else from the Tap; with the trace context
+// of ctx's span written over the producer's.
+func (b *Bridge) envelope(ctx context.Context, req turn.Request) Envelope {
 	env := Envelope{Request: req, Source: req.Source}
-	if b.opts.Tap != nil {
+	env.Request.Headers = nil // they travel in env.Headers, filtered
+	switch {
+	case req.Headers != nil:
+		env.Headers = filterHeaders(req.Headers, b.opts.Headers)
+	case b.opts.Tap != nil:
 		env.Headers = b.opts.Tap.Take(req.Source, b.opts.Headers)
 	}
+	env.Headers = injectTrace(ctx, b.opts.Telemetry.TextMapPropagator(), env.Headers)
 	return env
 }
 

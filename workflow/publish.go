@@ -52,6 +52,13 @@ type KafkaPublisher struct {
 	resultsTopic    string
 	deadLetterTopic string
 	closeOnce       sync.Once
+
+	// ForwardHeaders names the propagated headers (Envelope.Headers) copied onto result
+	// records, as consumer.Config.ForwardHeaders does; nil means
+	// consumer.DefaultForwardHeaders. When the activity traces (WorkerOptions.Telemetry),
+	// traceparent and tracestate on results and dead letters are its turn span's. Set it
+	// before the first publish.
+	ForwardHeaders []string
 }
 
 // NewKafkaPublisher connects a publisher to brokers. sc is the sarama config to start from
@@ -92,26 +99,36 @@ func (p *KafkaPublisher) Close() error {
 	return err
 }
 
-// PublishResult publishes res as JSON to the results topic.
-func (p *KafkaPublisher) PublishResult(_ context.Context, env Envelope, res turn.Result) error {
+// PublishResult publishes res as JSON to the results topic, with the ForwardHeaders of
+// env.Headers and the trace context of ctx's span.
+func (p *KafkaPublisher) PublishResult(ctx context.Context, env Envelope, res turn.Result) error {
 	value, err := json.Marshal(res)
 	if err != nil {
 		return fmt.Errorf("%w: result does not encode: %w", ErrRefused, err)
 	}
+	headers := []sarama.RecordHeader{
+		header(consumer.HeaderRequestID, env.Request.ID), header(consumer.HeaderConversationID, env.Request.ConversationID),
+		header(consumer.HeaderAttempt, itoa(res.Attempt)),
+	}
+	forward := p.ForwardHeaders
+	if forward == nil {
+		forward = consumer.DefaultForwardHeaders
+	}
+	for _, name := range forward {
+		if v, ok := env.Headers[name]; ok && !hasHeader(headers, name) {
+			headers = append(headers, header(name, v))
+		}
+	}
 	return p.send(&sarama.ProducerMessage{
 		Topic: p.resultsTopic, Key: sarama.StringEncoder(env.Request.ConversationID), Value: sarama.ByteEncoder(value),
-		Headers: []sarama.RecordHeader{
-			header(consumer.HeaderRequestID, env.Request.ID), header(consumer.HeaderConversationID, env.Request.ConversationID),
-			header(consumer.HeaderAttempt, itoa(res.Attempt)),
-		},
-		Metadata: p.placement(env.Source),
+		Headers: traceHeaders(ctx, headers), Metadata: p.placement(env.Source),
 	})
 }
 
 // PublishDeadLetter publishes the request's envelope to the dead-letter topic with the
 // propagated headers and the consumer's dead-letter headers; a value the topic refuses is
 // dropped and the value-dropped header says so.
-func (p *KafkaPublisher) PublishDeadLetter(_ context.Context, env Envelope, dl DeadLetter) error {
+func (p *KafkaPublisher) PublishDeadLetter(ctx context.Context, env Envelope, dl DeadLetter) error {
 	value, err := env.Request.Encode()
 	if err != nil {
 		value = nil
@@ -134,7 +151,7 @@ func (p *KafkaPublisher) PublishDeadLetter(_ context.Context, env Envelope, dl D
 	}
 	msg := &sarama.ProducerMessage{
 		Topic: p.deadLetterTopic, Key: sarama.StringEncoder(env.Request.ConversationID), Value: sarama.ByteEncoder(value),
-		Headers: append(headers, ours...), Metadata: p.placement(src),
+		Headers: traceHeaders(ctx, append(headers, ours...)), Metadata: p.placement(src),
 	}
 	err = p.send(msg)
 	if errors.Is(err, ErrRefused) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/turnstile-go/turnstile/internal/demo"
 )
@@ -19,8 +20,9 @@ func saramaConfig() *sarama.Config { return demo.ClientConfig("turnstile-quickst
 // producer sends the workload's requests in order, rate per second (<= 0: unpaced),
 // and remembers when it sent each.
 type producer struct {
-	rate float64
-	sent atomic.Int64
+	rate   float64
+	sent   atomic.Int64
+	tracer trace.Tracer // nil: records carry no traceparent
 
 	mu     sync.Mutex
 	sentAt map[string]time.Time // request id -> when it was handed to the producer
@@ -44,12 +46,16 @@ func (p *producer) run(ctx context.Context, brokers []string, wl *workload) erro
 	for i := 0; i < len(wl.order); i += batch {
 		reqs := wl.order[i:min(i+batch, len(wl.order))]
 		msgs := make([]*sarama.ProducerMessage, len(reqs))
+		var spans []trace.Span
 		for j, r := range reqs {
 			value, err := r.Encode()
 			if err != nil {
 				return fmt.Errorf("quickstart: encode request: %w", err)
 			}
 			msgs[j] = &sarama.ProducerMessage{Topic: RequestsTopic, Key: sarama.StringEncoder(r.ConversationID), Value: sarama.ByteEncoder(value)}
+			if span := traceSend(p.tracer, msgs[j]); span != nil {
+				spans = append(spans, span)
+			}
 		}
 		now := time.Now()
 		p.mu.Lock()
@@ -59,7 +65,11 @@ func (p *producer) run(ctx context.Context, brokers []string, wl *workload) erro
 		p.mu.Unlock()
 		// One SendMessages keeps the batch's order per partition: the idempotent producer
 		// sends one request at a time to each broker.
-		if err := sp.SendMessages(msgs); err != nil {
+		err := sp.SendMessages(msgs)
+		for _, span := range spans {
+			span.End()
+		}
+		if err != nil {
 			return fmt.Errorf("quickstart: produce requests: %w", err)
 		}
 		p.sent.Add(int64(len(reqs)))

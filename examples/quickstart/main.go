@@ -27,6 +27,10 @@
 //	-postgres DSN      PostgreSQL stores (pgx) instead of SQLite
 //	-db PATH           the SQLite database file (default: in a temporary directory)
 //	-v                 log the consumers' info lines too
+//	-otel FILE         export traces and metrics with the OpenTelemetry SDK (stdout exporters,
+//	                   JSON) to FILE ("-": standard error): a span per request from the producer,
+//	                   through the member that ran it (process, inbox, session, model, append,
+//	                   send), and the members' metrics (turns, lag, pauses, ...)
 //
 // The logic lives in run and the flags in command (quickstart.go); quickstart_test.go runs it
 // with a small workload.

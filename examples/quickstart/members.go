@@ -19,6 +19,7 @@ type fleet struct {
 	stores  *stores
 	model   turn.ModelClient
 	log     *slog.Logger
+	tel     *telemetry // nil: no telemetry
 }
 
 // start wires a new member, the way a host's main.go does, and runs it until stopped.
@@ -34,6 +35,10 @@ func (f *fleet) start() error {
 		MaxAttempts: turn.DefaultMaxAttempts, // the consumer takes it from the Runner
 		Logger:      log,
 	}
+	tel, err := f.tel.options(name)
+	if err != nil {
+		return err
+	}
 	c, err := consumer.New(consumer.Config{
 		Brokers:         f.brokers,
 		GroupID:         f.group,
@@ -45,6 +50,7 @@ func (f *fleet) start() error {
 		CommitInterval:  250 * time.Millisecond,
 		Sarama:          saramaConfig(),
 		Logger:          log,
+		Telemetry:       tel,
 	}, consumer.RunnerHandler(runner))
 	if err != nil {
 		return err

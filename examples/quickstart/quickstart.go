@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -66,6 +67,9 @@ type Config struct {
 	Timeout time.Duration
 	// Logger gets the consumers' and runners' logs; default: discarded.
 	Logger *slog.Logger
+	// Telemetry, when set, receives every member's and the producer's spans and metrics,
+	// as JSON from the OpenTelemetry SDK's stdout exporters.
+	Telemetry io.Writer
 }
 
 func (c *Config) setDefaults() {
@@ -162,7 +166,12 @@ func run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (Summary, er
 
 	wl := newWorkload(runID, cfg.Requests, cfg.Conversations)
 	model := &demoModel{delay: cfg.ModelDelay}
-	fleet := &fleet{Fleet: &demo.Fleet{Log: cfg.Logger}, brokers: brokers, group: group, stores: st, model: model, log: cfg.Logger}
+	var tel *telemetry
+	if cfg.Telemetry != nil {
+		tel = newTelemetry(cfg.Telemetry)
+		defer func() { _ = tel.close(context.WithoutCancel(ctx)) }()
+	}
+	fleet := &fleet{Fleet: &demo.Fleet{Log: cfg.Logger}, brokers: brokers, group: group, stores: st, model: model, log: cfg.Logger, tel: tel}
 	defer fleet.StopAll()
 	for range 2 {
 		if err := fleet.start(); err != nil {
@@ -174,6 +183,13 @@ func run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (Summary, er
 	prodCtx, cancelProd := context.WithCancel(ctx)
 	defer cancelProd()
 	prod := &producer{rate: cfg.Rate}
+	if tel != nil {
+		o, err := tel.options("producer")
+		if err != nil {
+			return Summary{}, err
+		}
+		prod.tracer = o.Tracer()
+	}
 	prodDone := make(chan error, 1)
 	go func() { prodDone <- prod.run(prodCtx, brokers, wl) }()
 
@@ -285,7 +301,7 @@ func startKafka(ctx context.Context, cfg Config) (brokers []string, where string
 // command is the quickstart's command line: its flags set a Config for run.
 func command() demo.Command {
 	cfg := Config{}
-	var brokers string
+	var brokers, otelPath string
 	flags := func(fs *flag.FlagSet) {
 		fs.IntVar(&cfg.Requests, "requests", DefaultRequests, "requests to produce")
 		fs.IntVar(&cfg.Conversations, "conversations", DefaultConversations, "conversations the requests belong to")
@@ -293,6 +309,7 @@ func command() demo.Command {
 		fs.StringVar(&brokers, "brokers", "", "comma separated host:port of a real Kafka cluster (default: an embedded broker)")
 		fs.StringVar(&cfg.Postgres, "postgres", "", "PostgreSQL DSN for the session store and inbox (default: SQLite)")
 		fs.StringVar(&cfg.DBPath, "db", "", "SQLite database file (default: in a temporary directory)")
+		fs.StringVar(&otelPath, "otel", "", "write OpenTelemetry traces and metrics as JSON to this file (- for stderr)")
 	}
 	return demo.Command{Name: "quickstart", Flags: flags, Run: func(ctx context.Context, verbose bool, stdout, stderr io.Writer) (bool, error) {
 		for b := range strings.SplitSeq(brokers, ",") {
@@ -305,6 +322,21 @@ func command() demo.Command {
 			level = slog.LevelInfo
 		}
 		cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+		switch otelPath {
+		case "":
+		case "-":
+			cfg.Telemetry = stderr
+		default:
+			f, err := os.Create(otelPath)
+			if err != nil {
+				return false, fmt.Errorf("-otel: %w", err)
+			}
+			defer func() {
+				_ = f.Close()
+				fmt.Fprintf(stdout, "telemetry: spans and metrics of every member and the producer in %s (OpenTelemetry JSON)\n", otelPath)
+			}()
+			cfg.Telemetry = f
+		}
 		sum, err := run(ctx, cfg, stdout, stderr)
 		return sum.OK(), err
 	}}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -164,4 +165,79 @@ func TestWorkloadInterleavesConversationsInOrder(t *testing.T) {
 	require.Greater(t, switches, 50, "conversations are interleaved")
 	require.Len(t, wl.byConv[wl.convs[0]], 11)
 	require.Len(t, wl.byConv[wl.convs[9]], 10)
+}
+
+// With telemetry on, the spans of a request form one trace from the producer's send through
+// the member that ran it (process, inbox, session, model, append, send), each side named by
+// its resource, and the members' metrics are exported too.
+func TestQuickstartTelemetry(t *testing.T) {
+	var out bytes.Buffer
+	sum := runSmall(t, Config{Telemetry: &out})
+	requireChecks(t, sum)
+
+	type span struct {
+		Name        string
+		SpanContext struct{ TraceID string }
+		Resource    []struct {
+			Key   string
+			Value struct{ Value any }
+		}
+	}
+	byTrace := map[string]map[string]map[string]bool{} // trace id -> instance -> span names
+	metrics := 0
+	dec := json.NewDecoder(&out)
+	for dec.More() {
+		var doc map[string]json.RawMessage
+		require.NoError(t, dec.Decode(&doc))
+		if _, ok := doc["ScopeMetrics"]; ok {
+			if bytes.Contains(doc["ScopeMetrics"], []byte(`"turnstile.turns"`)) {
+				metrics++
+			}
+			continue
+		}
+		raw, err := json.Marshal(doc)
+		require.NoError(t, err)
+		var s span
+		require.NoError(t, json.Unmarshal(raw, &s))
+		instance := ""
+		for _, kv := range s.Resource {
+			if kv.Key == "service.instance.id" {
+				instance = fmt.Sprint(kv.Value.Value)
+			}
+		}
+		tr := byTrace[s.SpanContext.TraceID]
+		if tr == nil {
+			tr = map[string]map[string]bool{}
+			byTrace[s.SpanContext.TraceID] = tr
+		}
+		if tr[instance] == nil {
+			tr[instance] = map[string]bool{}
+		}
+		tr[instance][s.Name] = true
+	}
+	require.Positive(t, metrics, "the members' metrics are exported")
+	// A request redone after the rebalance has spans on two members: one ran its turn, one of
+	// them published the result.
+	whole := 0
+	for _, instances := range byTrace {
+		if !instances["producer"]["send "+RequestsTopic] {
+			continue
+		}
+		ran, sent := false, false
+		for instance, names := range instances {
+			if instance == "producer" {
+				continue
+			}
+			all := true
+			for _, n := range []string{"process " + RequestsTopic, "inbox.Begin", "session.Get", "model.Respond", "session.Append"} {
+				all = all && names[n]
+			}
+			ran = ran || all
+			sent = sent || names["send "+ResultsTopic] // by the same member, or by the next owner replaying it
+		}
+		if ran && sent {
+			whole++
+		}
+	}
+	require.Equal(t, sum.Requests, whole, "every request's trace runs from the producer through the member that ran its turn")
 }

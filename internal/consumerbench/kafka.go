@@ -37,9 +37,10 @@ func request(key int, text string) ([]byte, error) {
 }
 
 // produce writes n requests round-robin over keys conversations (each conversation's records
-// in order), with an async producer; pace, when set, spaces them out at that rate (records/s).
+// in order), with an async producer; pace, when set, spaces them out at that rate (records/s);
+// headers, when given, make each record's headers.
 // onSent, when set, gets each record's send time by request index.
-func produce(brokers []string, topic string, n, keys int, pace float64) (sent []time.Time, err error) {
+func produce(brokers []string, topic string, n, keys int, pace float64, headers ...func() []sarama.RecordHeader) (sent []time.Time, err error) {
 	sc := turntest.Config()
 	sc.Producer.Partitioner = sarama.NewMurmur2Partitioner
 	sc.Producer.Return.Successes = true
@@ -79,8 +80,12 @@ func produce(brokers []string, topic string, n, keys int, pace float64) (sent []
 			return nil, err
 		}
 		sent[i] = time.Now()
-		p.Input() <- &sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(fmt.Sprintf("conv-%04d", i%keys)),
+		msg := &sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(fmt.Sprintf("conv-%04d", i%keys)),
 			Value: sarama.ByteEncoder(value), Metadata: i}
+		for _, h := range headers {
+			msg.Headers = append(msg.Headers, h()...)
+		}
+		p.Input() <- msg
 	}
 	p.AsyncClose()
 	wg.Wait()

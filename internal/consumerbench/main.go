@@ -7,6 +7,8 @@
 //	go run ./internal/consumerbench -scenario latency    # added latency at half the by-partition maximum rate
 //	go run ./internal/consumerbench -scenario stores     # PostgreSQL and SQLite stores vs memory stores, 50 ms model
 //	go run ./internal/consumerbench -scenario memory     # peak RSS with a 1,000,000-record backlog (broker in a child process)
+//	go run ./internal/consumerbench -scenario telemetry  # tracing and metrics on (OpenTelemetry SDK, no-op exporter) vs off;
+//	                                                    # -model 5ms for a model that takes time, CONSUMERBENCH_TELEMETRY=traces (or metrics) for one alone
 //
 // The baseline is the best plain sarama program a user would write instead of turnstile: an
 // async idempotent producer, each record's offset marked once its result is acknowledged, and
@@ -47,6 +49,7 @@ type options struct {
 	brokerMode    bool
 	backlogTopic  string
 	memPartitions string
+	modelDelay    time.Duration
 }
 
 // quiet logs errors only: a benchmark's output is its table.
@@ -54,7 +57,7 @@ var quiet = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: 
 
 func main() {
 	var o options
-	flag.StringVar(&o.scenario, "scenario", "overhead", "overhead, slow, pc, latency, stores or memory")
+	flag.StringVar(&o.scenario, "scenario", "overhead", "overhead, slow, pc, latency, stores, memory or telemetry")
 	flag.IntVar(&o.records, "records", 0, "records per run (0: the scenario's default)")
 	flag.IntVar(&o.partitions, "partitions", 12, "partitions of the requests topic")
 	flag.IntVar(&o.keys, "keys", 1000, "conversations (record keys)")
@@ -62,6 +65,7 @@ func main() {
 	flag.StringVar(&o.postgres, "postgres", envOr("TURNSTILE_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL DSN for -scenario stores")
 	flag.DurationVar(&o.duration, "duration", time.Minute, "how long -scenario memory consumes")
 	flag.StringVar(&o.memPartitions, "memory-partitions", "12,48", "partition counts for -scenario memory")
+	flag.DurationVar(&o.modelDelay, "model", 0, "the model's time per turn in -scenario telemetry (0: instant)")
 	flag.BoolVar(&o.brokerMode, "broker", false, "internal: run as the broker process of -scenario memory")
 	flag.StringVar(&o.backlogTopic, "backlog-topic", "", "internal: topic the broker process fills")
 	traceFile := flag.String("trace", "", "write an execution trace of the run to this file (go tool trace -pprof=sched|sync|net)")
@@ -140,6 +144,8 @@ func main() {
 		err = stores(ctx, o)
 	case o.scenario == "memory":
 		err = memory(ctx, o)
+	case o.scenario == "telemetry":
+		err = telemetryScenario(ctx, o)
 	case o.scenario == "memory-one":
 		err = memoryOne(ctx, o)
 	default:

@@ -1,0 +1,71 @@
+package turnotel_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/turnstile-go/turnstile/inbox"
+	"github.com/turnstile-go/turnstile/inbox/sqlinbox"
+	"github.com/turnstile-go/turnstile/internal/sqltest"
+	"github.com/turnstile-go/turnstile/session"
+	"github.com/turnstile-go/turnstile/session/sqlsession"
+	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turn/turnotel"
+)
+
+// The instrumented Runner over SQL stores on one database still appends the turn and
+// completes the inbox in one transaction (the decorators keep session.TxAppender and
+// inbox.TxCompleter): the inbox.Complete span is a child of session.Append. Over the memory
+// stores it is a sibling. The Runner given is not changed.
+func TestRunnerKeepsTheJointTransaction(t *testing.T) {
+	t.Parallel()
+	db := sqltest.SQLiteFile(t)
+	sessions, err := sqlsession.New(db, sqlsession.SQLite, sqlsession.Options{})
+	require.NoError(t, err)
+	require.NoError(t, sessions.Migrate(context.Background()))
+	ib, err := sqlinbox.New(db, sqlinbox.SQLite, sqlinbox.Options{})
+	require.NoError(t, err)
+	require.NoError(t, ib.Migrate(context.Background()))
+
+	for _, tc := range []struct {
+		name     string
+		sessions session.Store
+		inbox    inbox.Inbox
+		joint    bool
+	}{
+		{"sql", sessions, ib, true},
+		{"memory", session.NewMemoryStore(), inbox.NewMemoryInbox(), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			exp := tracetest.NewInMemoryExporter()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+			model := turn.ModelFunc(func(_ context.Context, in turn.Input) (turn.Output, error) {
+				return turn.Output{Events: []session.Event{{Text: "ok"}}}, nil
+			})
+			r := &turn.Runner{Model: model, Sessions: tc.sessions, Inbox: tc.inbox}
+			traced := turnotel.Runner(r, turnotel.Options{TracerProvider: tp})
+			require.NotSame(t, r, traced)
+			require.Equal(t, tc.sessions, r.Sessions, "the Runner given is not changed")
+			req := turn.Request{Schema: turn.SchemaVersion, ID: uuid.NewString(), ConversationID: "c-" + tc.name, UserID: "u", Text: "hi"}
+			_, err := traced.Run(context.Background(), req)
+			require.NoError(t, err)
+
+			byName := map[string]tracetest.SpanStub{}
+			for _, s := range exp.GetSpans() {
+				byName[s.Name] = s
+			}
+			for _, n := range []string{"inbox.Begin", "session.Get", "session.Create", "model.Respond", "session.Append", "inbox.Complete"} {
+				require.Contains(t, byName, n)
+			}
+			appendSpan, complete := byName["session.Append"], byName["inbox.Complete"]
+			require.Equal(t, tc.joint, complete.Parent.SpanID() == appendSpan.SpanContext.SpanID(),
+				"inbox.Complete inside session.Append's transaction: %v", tc.joint)
+			require.Equal(t, r, turnotel.Runner(r, turnotel.Options{}), "telemetry off: the same Runner")
+		})
+	}
+}
