@@ -109,6 +109,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/turnstile-go/turnstile/turn"
 	"github.com/turnstile-go/turnstile/turn/turnotel"
 )
 
@@ -137,6 +138,10 @@ type Consumer struct {
 	client     sarama.Client
 	committer  atomic.Pointer[committer] // of the current session; sessions do not overlap
 
+	// hostRunner is the RunnerHandler's Runner as the host gave it, before telemetry wrapped
+	// its stores: a replay compares its stores with production's (replay.go).
+	hostRunner *turn.Runner
+
 	// Telemetry (telemetry.go, metrics.go): nil when Config.Telemetry leaves it off.
 	tracing *tracing
 	meters  *meters
@@ -160,10 +165,14 @@ func New(cfg Config, h Handler) (*Consumer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if rh, ok := h.(runnerHandler); ok && cfg.Telemetry.Enabled() {
-		h = runnerHandler{turnotel.Runner(rh.r, cfg.Telemetry)} // spans for the inbox, session and model
+	var hostRunner *turn.Runner
+	if rh, ok := h.(runnerHandler); ok {
+		hostRunner = rh.r
+		if cfg.Telemetry.Enabled() {
+			h = runnerHandler{turnotel.Runner(rh.r, cfg.Telemetry)} // spans for the inbox, session and model
+		}
 	}
-	c := &Consumer{cfg: cfg, h: h, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxInFlight),
+	c := &Consumer{cfg: cfg, h: h, hostRunner: hostRunner, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxInFlight),
 		work: make(chan *record, cfg.MaxInFlight), tracing: newTracing(&cfg)}
 	m, err := newMeters(c)
 	if err != nil {

@@ -40,7 +40,11 @@ func TestRunPurgeKeepsWhatIsYoungerThanTheHorizon(t *testing.T) {
 	finish("young-dead", true)
 
 	const horizon = 24 * time.Hour
-	runs := make(chan int64, 100)
+	type run struct {
+		n   int64
+		err error
+	}
+	runs := make(chan run, 100)
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
@@ -48,11 +52,15 @@ func TestRunPurgeKeepsWhatIsYoungerThanTheHorizon(t *testing.T) {
 		done <- inbox.RunPurge(rctx, ib, inbox.PurgeSchedule{
 			Horizon: horizon, Every: time.Millisecond,
 			NowFunc:    func() time.Time { return boundary.Add(horizon) },
-			PurgedFunc: func(n int64, err error) { require.NoError(t, err); runs <- n },
+			PurgedFunc: func(n int64, err error) { runs <- run{n, err} }, // not require: another goroutine
 		})
 	}()
-	require.EqualValues(t, 2, <-runs, "the first run purges the two old finished entries")
-	require.EqualValues(t, 0, <-runs, "the next run finds nothing more")
+	first := <-runs
+	require.NoError(t, first.err)
+	require.EqualValues(t, 2, first.n, "the first run purges the two old finished entries")
+	next := <-runs
+	require.NoError(t, next.err)
+	require.EqualValues(t, 0, next.n, "the next run finds nothing more")
 	cancel()
 	require.NoError(t, <-done)
 
