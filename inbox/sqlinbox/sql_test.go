@@ -173,7 +173,7 @@ func TestPurgeSparesAnEntryRedrivenMeanwhile(t *testing.T) {
 	b, db := newInbox(t, sqltest.PostgresDB, sqlinbox.Options{})
 	ctx := context.Background()
 	const id = "req-dead"
-	_, err := b.Begin(ctx, inbox.Delivery{RequestID: id, Topic: "t"})
+	_, err := b.Begin(ctx, inbox.Delivery{Key: id, Topic: "t"})
 	require.NoError(t, err)
 	require.NoError(t, b.MarkDead(ctx, id, "poison"))
 	dead, err := b.Get(ctx, id)
