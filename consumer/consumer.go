@@ -2,7 +2,10 @@
 // request record as a turn, in order per conversation, publishes its result, dead-letters what
 // cannot be served, and commits an offset only after the record's outcome is durable.
 //
-// # Guarantees and how they are kept
+// # How the consumer keeps the guarantees
+//
+// The guarantees are stated in the package doc of the module root (G1-G7); here is the
+// consumer's part of each.
 //
 //   - Order (G1): with Config.Ordering = OrderByKey (the default) the records of one key (one
 //     conversation) run one at a time, in offset order, while records of different keys of the
@@ -159,10 +162,12 @@ type Consumer struct {
 }
 
 // New validates cfg, applies its defaults and returns a Consumer that serves records with h.
-// It opens no connection; Run does. Errors name the Config field at fault; a Handler with a
-// Validate() error method (RunnerHandler's: turn.Runner.Validate, which names a missing Model,
-// Sessions or Inbox) is checked too, so that a mistake in it fails here instead of
-// dead-lettering every request.
+// With RunnerHandler, cfg takes the Runner's MaxAttempts, TurnTimeout and Decoder, and a Config
+// that sets one of them to another value is refused (see RunnerHandler). It opens no
+// connection; Run does. Errors name the Config field at fault; a Handler with a Validate()
+// error method (RunnerHandler's: turn.Runner.Validate, which names a missing Model, Sessions or
+// Inbox) is checked too, so that a mistake in it fails here instead of dead-lettering every
+// request.
 func New(cfg Config, h Handler) (*Consumer, error) {
 	if h == nil {
 		return nil, errors.New("consumer: nil Handler")
@@ -170,6 +175,11 @@ func New(cfg Config, h Handler) (*Consumer, error) {
 	if v, ok := h.(interface{ Validate() error }); ok {
 		if err := v.Validate(); err != nil {
 			return nil, fmt.Errorf("consumer: invalid Handler: %w", err)
+		}
+	}
+	if a, ok := h.(limitsAdopter); ok {
+		if err := a.adopt(&cfg); err != nil {
+			return nil, err
 		}
 	}
 	cfg.setDefaults()

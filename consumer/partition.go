@@ -246,15 +246,15 @@ func (p *partition) serve(r *record) {
 	ob, ok := p.process(r)
 	ob = p.unpublished(ob) // a replay's empty topics
 	if !ok {
-		p.gaveUp()
+		p.endAbandoned()
 		return
 	}
 	p.handoff(r, ob)
 }
 
-// gaveUp ends a turn that was abandoned (revoke, shutdown): its record stays running, so the
+// endAbandoned ends a turn that was abandoned (revoke, shutdown): its record stays running, so the
 // watermark stays below it and the next owner reads it again.
-func (p *partition) gaveUp() {
+func (p *partition) endAbandoned() {
 	p.mu.Lock()
 	p.turnEnded()
 	p.mu.Unlock()
@@ -272,7 +272,7 @@ func (p *partition) handoff(r *record, ob *outbound) {
 		p.c.stats.lateDropped.Add(1)
 		p.log.Warn("turn finished after its partition was released; not published, not committed",
 			"offset", r.msg.Offset)
-		p.gaveUp()
+		p.endAbandoned()
 		return
 	}
 	if ob == nil {

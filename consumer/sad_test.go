@@ -176,14 +176,12 @@ func TestBackpressurePauseDoesNotSurviveReassignment(t *testing.T) {
 		},
 		tune: func(cfg *consumer.Config) { cfg.MaxBuffered = 2 },
 	})
-	var produced []turn.Request
 	for p := range int32(2) {
 		for i := range 6 {
 			r := request(fmt.Sprintf("p%d", p), fmt.Sprintf("backlog %d", i))
 			data, err := r.Encode()
 			require.NoError(t, err)
 			e.cluster.ProduceTo(t, e.requests, p, r.ConversationID, data, nil)
-			produced = append(produced, r)
 		}
 	}
 	for range 2 { // a turn hangs on each partition; the lanes' queues fill and pause them
@@ -224,6 +222,9 @@ func TestConsumerTurnTimeoutSpendsAttempts(t *testing.T) {
 			return turn.Output{}, ctx.Err()
 		},
 		tune: func(cfg *consumer.Config) { cfg.TurnTimeout = 100 * time.Millisecond },
+		// A Handler of the host's around the Runner: the consumer's own TurnTimeout bounds it
+		// (RunnerHandler itself would refuse a TurnTimeout other than the Runner's).
+		wrap: func(h consumer.Handler) consumer.Handler { return consumer.HandlerFunc(h.Handle) },
 	})
 	req := request("c-consumer-timeout", "slow every time")
 	e.produce(req)

@@ -107,18 +107,18 @@ func (p *partition) run(ctx context.Context, r *record, span trace.Span) (*outbo
 	for {
 		probe, err := c.throttle.wait(p.waits, true)
 		if err != nil {
-			p.giveUp(rl)
+			p.abandonTurn(rl)
 			return nil, false, calls
 		}
 		res, encoded, err := p.handle(ctx, req, alone)
 		calls++
 		if errors.Is(err, errAloneWaitEnded) {
-			p.giveUp(rl) // revoked or shut down while it waited to run alone
+			p.abandonTurn(rl) // revoked or shut down while it waited to run alone
 			return nil, false, calls
 		}
 		kind := turn.Classify(err)
 		aborted := err != nil && p.turns.Err() != nil // revoked or shut down mid-turn
-		if kind == turn.KindCanceled && !aborted {
+		if kind == turn.KindAbandoned && !aborted {
 			kind = turn.KindAttempt // the turn's own context ended (TurnContextFunc's deadline)
 		}
 		if m := c.meters; m != nil {
@@ -128,7 +128,7 @@ func (p *partition) run(ctx context.Context, r *record, span trace.Span) (*outbo
 			c.throttle.endProbe(probe)
 		}
 		if aborted {
-			p.giveUp(rl)
+			p.abandonTurn(rl)
 			return nil, false, calls // whatever the handler made of it
 		}
 		switch kind {
@@ -163,10 +163,10 @@ func (p *partition) run(ctx context.Context, r *record, span trace.Span) (*outbo
 			d := bo.NextBackOff()
 			rl.get().Warn("turn hit an unavailable dependency; retrying, no attempt spent", "err", err, "retry_in", d.String())
 			if !sleep(p.waits, d) {
-				p.giveUp(rl)
+				p.abandonTurn(rl)
 				return nil, false, calls
 			}
-		case turn.KindAttempt, turn.KindCanceled:
+		case turn.KindAttempt, turn.KindAbandoned:
 			failures++
 			c.stats.retries.Add(1)
 			attempt := failures
@@ -181,7 +181,7 @@ func (p *partition) run(ctx context.Context, r *record, span trace.Span) (*outbo
 			d := bo.NextBackOff()
 			rl.get().Warn("turn attempt failed; retrying", "attempt", attempt, "err", err, "retry_in", d.String())
 			if !sleep(p.waits, d) {
-				p.giveUp(rl)
+				p.abandonTurn(rl)
 				return nil, false, calls
 			}
 		case turn.KindRunAlone:
@@ -198,7 +198,7 @@ func (p *partition) run(ctx context.Context, r *record, span trace.Span) (*outbo
 // alone: the turn is abandoned, as one cancelled by the revoke.
 var errAloneWaitEnded = errors.New("consumer: stopped waiting to run alone")
 
-func (p *partition) giveUp(rl *recordLog) {
+func (p *partition) abandonTurn(rl *recordLog) {
 	p.c.stats.abandoned.Add(1)
 	rl.get().Info("turn abandoned; the partition's next owner redoes it")
 }

@@ -17,7 +17,7 @@ func TestRunPurgeKeepsWhatIsYoungerThanTheHorizon(t *testing.T) {
 	ctx := context.Background()
 	ib := inbox.NewMemoryInbox()
 	finish := func(id string, dead bool) {
-		_, err := ib.Begin(ctx, inbox.Delivery{RequestID: id, Conversation: "c"})
+		_, err := ib.Begin(ctx, inbox.Delivery{Key: id, Conversation: "c"})
 		require.NoError(t, err)
 		if dead {
 			require.NoError(t, ib.MarkDead(ctx, id, "x"))
@@ -27,7 +27,7 @@ func TestRunPurgeKeepsWhatIsYoungerThanTheHorizon(t *testing.T) {
 	}
 	finish("old-done", false)
 	finish("old-dead", true)
-	_, err := ib.Begin(ctx, inbox.Delivery{RequestID: "old-running", Conversation: "c"})
+	_, err := ib.Begin(ctx, inbox.Delivery{Key: "old-running", Conversation: "c"})
 	require.NoError(t, err)
 	old, _ := ib.Get(ctx, "old-dead")
 	boundary := time.Now()

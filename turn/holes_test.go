@@ -148,7 +148,7 @@ func TestRequestIDsHaveOneForm(t *testing.T) {
 func crashed(t *testing.T, b *bundle, req turn.Request, n int) {
 	t.Helper()
 	for range n {
-		_, err := b.inbox.Begin(context.Background(), inbox.Delivery{RequestID: b.runner.InboxKey(req)})
+		_, err := b.inbox.Begin(context.Background(), inbox.Delivery{Key: b.runner.InboxKey(req)})
 		require.NoError(t, err)
 	}
 }

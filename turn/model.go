@@ -1,6 +1,7 @@
 package turn
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 
@@ -53,7 +54,7 @@ type Input struct {
 func (in Input) ToolKey(callID string) string {
 	key := in.Session.Key
 	// The Runner's stores fill the key in; an Input built by hand may leave it empty.
-	key.App = cmp(key.App, DefaultApp)
+	key.App = cmp.Or(key.App, DefaultApp)
 	key.User, key.Conversation = in.Request.UserID, in.Request.ConversationID
 	return SessionToolKey(key, in.Request.ID, callID)
 }

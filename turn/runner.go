@@ -1,6 +1,7 @@
 package turn
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -28,7 +29,7 @@ const (
 
 // Runner runs one turn idempotently: the same request run any number of times, on any
 // workers, after any crash, adds its turn to the session once and yields one Result.
-// See docs/DESIGN.md, "One turn, direct mode", for the steps and the crash table.
+// The package doc has the steps of a turn and where a crash can land.
 //
 // When Sessions implements session.TxAppender and Inbox implements inbox.TxCompleter on the
 // same *sql.DB (session/sqlsession and inbox/sqlinbox built on one *sql.DB do), the session
@@ -80,14 +81,14 @@ func (r *Runner) Validate() error {
 	return nil
 }
 
-func (r *Runner) app() string { return cmp(r.App, DefaultApp) }
+func (r *Runner) app() string { return cmp.Or(r.App, DefaultApp) }
 func (r *Runner) turnTimeout() time.Duration {
-	return cmp(r.TurnTimeout, DefaultTurnTimeout)
+	return cmp.Or(r.TurnTimeout, DefaultTurnTimeout)
 }
-func (r *Runner) historyLimit() int { return cmp(r.HistoryLimit, DefaultHistoryLimit) }
+func (r *Runner) historyLimit() int { return cmp.Or(r.HistoryLimit, DefaultHistoryLimit) }
 
 // Attempts returns the effective MaxAttempts.
-func (r *Runner) Attempts() int { return cmp(r.MaxAttempts, DefaultMaxAttempts) }
+func (r *Runner) Attempts() int { return cmp.Or(r.MaxAttempts, DefaultMaxAttempts) }
 func (r *Runner) logger() *slog.Logger {
 	if r.Logger != nil {
 		return r.Logger
@@ -99,15 +100,6 @@ func (r *Runner) now() time.Time {
 		return r.NowFunc()
 	}
 	return time.Now()
-}
-
-// cmp returns v, or def when v is the zero value.
-func cmp[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 // InboxKey returns the key under which req is recorded in the inbox: its request id scoped to
@@ -132,7 +124,7 @@ func (r *Runner) Key(req Request) session.Key {
 //
 // On error, Classify(err) says what to do: KindPermanent errors are *DeadLetterError (the
 // request is marked dead; publish it to the dead-letter topic), KindAttempt errors were
-// counted, KindRateLimited, KindUnavailable, KindCanceled and KindRunAlone were not. Under
+// counted, KindRateLimited, KindUnavailable, KindAbandoned and KindRunAlone were not. Under
 // WithCrashIsolation a delivery whose last attempt crashed beside other turns returns
 // ErrRunAlone without running (see WithCrashIsolation). A request in the session
 // of another user fails with an error wrapping session.ErrOwnerMismatch and is dead-lettered
@@ -156,7 +148,7 @@ func (r *Runner) RunEncoded(ctx context.Context, req Request) (Result, []byte, e
 	}
 	ikey := r.InboxKey(req)
 	entry, err := r.Inbox.Begin(ctx, inbox.Delivery{
-		RequestID: ikey, Conversation: req.ConversationID,
+		Key: ikey, Conversation: req.ConversationID,
 		Topic: req.Source.Topic, Partition: req.Source.Partition, Offset: req.Source.Offset,
 	})
 	if err != nil {
@@ -255,7 +247,7 @@ func (r *Runner) runTurn(ctx context.Context, req Request, ikey string, attempt 
 	for i := range events {
 		e := &events[i]
 		e.ID, e.RequestID, e.Seq = eventID(req.ID, i), req.ID, 0
-		e.Author = cmp(e.Author, "assistant")
+		e.Author = cmp.Or(e.Author, "assistant")
 		if e.Time.IsZero() {
 			e.Time = now
 		}

@@ -106,7 +106,7 @@ func inboxGet(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	j := entryJSON{Key: en.RequestID, Conversation: en.Conversation, Status: en.Status.String(), Attempts: en.Attempts,
+	j := entryJSON{Key: en.Key, Conversation: en.Conversation, Status: en.Status.String(), Attempts: en.Attempts,
 		Reason: en.Reason, Source: fmt.Sprintf("%s/%d/%d", en.Topic, en.Partition, en.Offset), CreatedAt: en.CreatedAt,
 		UpdatedAt: en.UpdatedAt, Redrives: en.Redrives}
 	if json.Valid(en.Result) {

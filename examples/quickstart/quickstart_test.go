@@ -13,13 +13,13 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
+	"github.com/turnstile-go/turnstile/internal/demo/demotest"
 	"github.com/turnstile-go/turnstile/internal/sqltest"
 	"github.com/turnstile-go/turnstile/turntest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, turntest.LeakOptions()...) }
+func TestMain(m *testing.M) { demotest.Main(m) }
 
 // runSmall runs the quickstart with a small workload and returns its summary, failing the
 // test when the run breaks off. The output goes to the test log.
@@ -41,19 +41,13 @@ func runSmall(t *testing.T, cfg Config) Summary {
 // requireChecks asserts the summary's checks and the counts behind them.
 func requireChecks(t *testing.T, sum Summary) {
 	t.Helper()
-	names := make([]string, 0, len(sum.Checks))
-	for _, c := range sum.Checks {
-		names = append(names, c.Name)
-		require.True(t, c.OK, "check %q failed: %s", c.Name, c.Detail)
-	}
-	require.Equal(t, []string{
+	demotest.RequireChecks(t, sum.Checks,
 		"0 lost: every request has a result",
 		"every result record is a valid result envelope",
 		"0 duplicate turns: every request is in its session history once",
 		"each conversation's history is in order",
 		"replies show earlier context",
-	}, names)
-	require.True(t, sum.OK())
+	)
 	require.Equal(t, sum.Requests, sum.Results, "one result per request")
 	require.Equal(t, sum.Requests, sum.Turns, "one turn per request")
 	require.Zero(t, sum.DeadLetters)
@@ -131,13 +125,13 @@ func TestQuickstartOnExistingBrokersStartsAtTheEnd(t *testing.T) {
 func TestFlags(t *testing.T) {
 	t.Parallel()
 	var stdout, stderr bytes.Buffer
-	require.Equal(t, 2, realMain([]string{"-requests", "many"}, &stdout, &stderr))
+	require.Equal(t, 2, command().Main([]string{"-requests", "many"}, &stdout, &stderr))
 	require.Contains(t, stderr.String(), "invalid value")
 	stderr.Reset()
-	require.Equal(t, 2, realMain([]string{"extra"}, &stdout, &stderr))
+	require.Equal(t, 2, command().Main([]string{"extra"}, &stdout, &stderr))
 	require.Contains(t, stderr.String(), "unexpected arguments")
 	stderr.Reset()
-	require.Equal(t, 1, realMain([]string{"-conversations", "5", "-requests", "3"}, &stdout, &stderr))
+	require.Equal(t, 1, command().Main([]string{"-conversations", "5", "-requests", "3"}, &stdout, &stderr))
 	require.Contains(t, stderr.String(), "Conversations")
 	require.Empty(t, stdout.String())
 }

@@ -47,7 +47,7 @@ func TestPurgeBatches(t *testing.T) {
 			var live []string
 			for i := range 50 {
 				id := fmt.Sprintf("req-%02d", i)
-				_, err := b.Begin(ctx, inbox.Delivery{RequestID: id, Topic: "t", Offset: int64(i)})
+				_, err := b.Begin(ctx, inbox.Delivery{Key: id, Topic: "t", Offset: int64(i)})
 				require.NoError(t, err)
 				switch {
 				case i < 21: // 21 = 3 full batches: the loop must stop on an empty one
@@ -111,13 +111,13 @@ func TestMembersBeginConcurrently(t *testing.T) {
 						go func() {
 							defer wg.Done()
 							<-start
-							e, err := m.Begin(ctx, inbox.Delivery{RequestID: fmt.Sprintf("r%d", r), Topic: "t"})
+							e, err := m.Begin(ctx, inbox.Delivery{Key: fmt.Sprintf("r%d", r), Topic: "t"})
 							mu.Lock()
 							defer mu.Unlock()
 							if err != nil {
 								errs = append(errs, err)
 							} else if e.Status == inbox.StatusNew {
-								news[e.RequestID]++
+								news[e.Key]++
 							}
 						}()
 					}
@@ -153,14 +153,14 @@ func TestSQLiteBusyIsRetryable(t *testing.T) {
 	defer holder.Close()
 	_, err = holder.ExecContext(ctx, "BEGIN IMMEDIATE")
 	require.NoError(t, err)
-	_, err = b.Begin(ctx, inbox.Delivery{RequestID: "r1"})
+	_, err = b.Begin(ctx, inbox.Delivery{Key: "r1"})
 	require.Error(t, err)
 	var r interface{ Retryable() bool }
 	require.True(t, errors.As(err, &r) && r.Retryable(), "not retryable: %v", err)
 	require.NotErrorIs(t, err, inbox.ErrInvalid)
 	_, err = holder.ExecContext(ctx, "ROLLBACK")
 	require.NoError(t, err)
-	_, err = b.Begin(ctx, inbox.Delivery{RequestID: "r1"})
+	_, err = b.Begin(ctx, inbox.Delivery{Key: "r1"})
 	require.NoError(t, err)
 }
 
@@ -173,7 +173,7 @@ func TestPurgeSparesAnEntryRedrivenMeanwhile(t *testing.T) {
 	b, db := newInbox(t, sqltest.PostgresDB, sqlinbox.Options{})
 	ctx := context.Background()
 	const id = "req-dead"
-	_, err := b.Begin(ctx, inbox.Delivery{RequestID: id, Topic: "t"})
+	_, err := b.Begin(ctx, inbox.Delivery{Key: id, Topic: "t"})
 	require.NoError(t, err)
 	require.NoError(t, b.MarkDead(ctx, id, "poison"))
 	dead, err := b.Get(ctx, id)
