@@ -11,36 +11,47 @@
 //
 // # Guarantees
 //
-// Each is proven by tests in this module, under crashes and rebalances.
+// This is the one statement of turnstile's guarantees; the README and the package docs refer
+// to it. Each holds under crashes and rebalances, in direct mode (package consumer) and in
+// Temporal mode (package workflow), as long as the host does its part ("you make sure").
+// docs/DESIGN.md has the guarantee index: for each guarantee, the code that keeps it and the
+// tests that prove it.
 //
 //   - G1 order: the turns of one conversation apply one at a time, in the order of their
-//     records in the partition.
+//     records in the partition (in Temporal mode, in the order of their sequence numbers
+//     when the producer sets them). Different conversations, even in one partition, do not
+//     wait for each other. You make sure producers key requests by conversation id.
 //   - G2 no loss: a request's offset is committed only after its outcome is durable (result
-//     stored and published, or dead-lettered); a crash anywhere means redelivery, never a gap.
+//     stored and published, dead-lettered, or handed to its workflow); a crash anywhere means
+//     redelivery, never a gap. You make sure the results and dead-letter topics exist, with
+//     replication you trust.
 //   - G3 effectively once: one request id gives at most one turn in the session history and
-//     one stored result; tools get idempotency keys derived from the request id
-//     ([turn.ToolKey]) so their side effects happen once even when the model runs again.
-//   - G4 context survives: the session lives in a shared durable store keyed by
-//     conversation; any worker continues any conversation.
+//     one stored result. You make sure every side effect of a turn takes [turn.Input.ToolKey]
+//     ([turn.SessionToolKey], scoped to the session like the inbox key) as its idempotency
+//     key, since the model may run again after a crash, with a call id the re-run repeats (the
+//     tool's name and ordinal in the turn, or a hash of its arguments; never the provider's
+//     tool-call id, which changes with every response;
+//     [github.com/turnstile-go/turnstile/turntest.CheckCrashes] checks it across the crash
+//     table), and that readers of the results topic dedup on the request-id header, since a
+//     result may be published twice when a worker dies between publishing and committing (or
+//     turn on consumer.Config.Transactional and read them with isolation.level=read_committed:
+//     one result per request id).
+//   - G4 context survives: the session (history and state) lives in a shared durable store
+//     keyed by conversation; any worker continues any conversation after any rebalance. You
+//     make sure all workers share one durable [session.Store] and [inbox.Inbox] (PostgreSQL,
+//     say).
 //   - G5 no stall: a poison or slow record cannot hold its partition: a whole-turn deadline,
-//     bounded attempts (crash loops count), then the dead-letter topic with the reason in
-//     headers.
-//   - G6 bounded: in-flight records and turns are bounded by configuration; a rate-limited
-//     model ([turn.RetryAfter]) pauses the partitions instead of failing turns.
+//     bounded attempts (crash loops count: crashes while the request ran alone), bounded rate
+//     limits, then the dead-letter topic with the reason in headers. You make sure errors that
+//     retrying cannot fix are [turn.Permanent], and that someone reads the dead-letter topic.
+//   - G6 bounded: records buffered, turns in flight and the goroutines that run them are
+//     bounded by configuration; a rate-limited model pauses the partitions instead of
+//     failing turns. You make sure the model returns [turn.RetryAfter] on a rate limit (HTTP
+//     429) and [turn.Unavailable] on an outage that cannot be the request's fault.
 //   - G7 isolation: a request only reaches the session of its own (app, user, conversation);
-//     a record naming another user's conversation is dead-lettered, never served.
-//
-// # What the host must do
-//
-// Make every side effect of a turn idempotent on [turn.ToolKey] (or [turn.Input.ToolKey]):
-// the model may be called again for the same request after a crash. Derive the call id from
-// something the re-run repeats (the tool's name and ordinal in the turn, or a hash of its
-// arguments), never from the provider's tool-call id, which changes with every response;
-// [github.com/turnstile-go/turnstile/turntest.CheckCrashes] checks it across the crash table. Readers of the results
-// topic dedup on the request-id header: a result may be published twice when a worker dies
-// between publishing and committing. Return [turn.Permanent] for errors retrying cannot fix,
-// [turn.RetryAfter] for rate limits and [turn.Unavailable] for outages that cannot be the
-// request's fault (a model server refusing connections); any other error is a failed attempt.
+//     a record naming another user's conversation is dead-lettered, never served, and a copied
+//     request id cannot replay or complete another user's request, nor share its tool keys.
+//     You make sure user_id comes from an authenticated source.
 //
 // # Wiring
 //

@@ -24,6 +24,7 @@ const (
 	DefaultRetryBackoff    = 200 * time.Millisecond
 	DefaultMaxRetryBackoff = 10 * time.Second
 	DefaultMaxPause        = time.Minute
+	DefaultMaxRateLimits   = 20
 )
 
 // Ordering says which records of a partition may run at the same time.
@@ -68,12 +69,14 @@ type Config struct {
 	DeadLetterTopic string
 
 	// MaxAttempts bounds the attempts of a request whose turn keeps failing before it is
-	// dead-lettered. The Runner counts attempts in the inbox, across members and crashes; the
-	// consumer counts the failed attempts it sees too, as a backstop for handlers without an
-	// inbox. Give the Runner the same number. Default DefaultMaxAttempts.
+	// dead-lettered. The consumer counts the failed attempts it sees in this member; a Runner
+	// counts them in the inbox, across members and crashes. With RunnerHandler leave it zero:
+	// New takes the Runner's (turn.Runner.Attempts) and refuses another value. Otherwise
+	// default DefaultMaxAttempts.
 	MaxAttempts int
-	// TurnTimeout, when set, bounds each call of the Handler (the Runner has its own
-	// whole-turn deadline). A Handler call that runs past it fails its attempt.
+	// TurnTimeout, when set, bounds each call of the Handler; a call that runs past it fails
+	// its attempt with turn.ErrTurnTimeout. With RunnerHandler leave it zero: the Runner's
+	// TurnTimeout bounds the turn, and New refuses another value. Otherwise default none.
 	TurnTimeout time.Duration
 	// RevokeGrace is how long the turn in flight on a revoked partition may run before it is
 	// cancelled; what finishes in time is published and committed, the rest is redone by the
@@ -120,23 +123,33 @@ type Config struct {
 	// MaxPause caps the pause of all partitions after a rate limit, whatever delay the model
 	// asked for: after it, one turn per partition probes again. Default DefaultMaxPause.
 	MaxPause time.Duration
-	// Decoder validates request records; its zero value applies turn's default limits. The
-	// Runner validates again with its own Decoder: raise a limit in both, or the Runner
-	// dead-letters what the consumer let through.
+	// MaxRateLimits bounds how many times one request may be answered with a rate limit
+	// (turn.KindRateLimited) in this member before it is dead-lettered with the reason "rate
+	// limited N times". A rate limit spends no attempt, so without a bound a request that is
+	// always refused (a prompt over a per-minute token limit, say) would pause every
+	// partition forever (G5). Pauses after repeated limits grow up to MaxPause, so the
+	// default, DefaultMaxRateLimits (20), lets a request wait out a provider's limit of
+	// roughly a quarter of an hour, while a request refused alone among others that pass is
+	// dead-lettered after about 20 short pauses. The count starts again on another member.
+	MaxRateLimits int
+	// Decoder decodes and validates request records; its zero value applies turn's default
+	// limits. With RunnerHandler leave it zero: New takes the Runner's Decoder (the Runner
+	// validates every request again with it) and refuses another one.
 	Decoder turn.Decoder
 
 	// Sarama is the configuration to start from for the consumer group's client; nil means
-	// sarama.NewConfig() with Version sarama.V2_4_0_0 or later. New copies it and overrides
-	// what turnstile's guarantees rest on: manual commits (AutoCommit off), Return.Errors,
-	// Offsets.Initial = OffsetOldest (a new group reads every request already on the topic),
-	// and the cooperative-sticky strategy (KIP-429) unless GroupStrategies names a strategy
-	// other than sarama's default range. Consumer.MaxWaitTime (Kafka's fetch.max.wait.ms)
-	// left at sarama's 500 ms becomes 100 ms: a partition resumed after a backpressure pause
-	// is fetched only after the fetch in flight returns, which an idle topic holds for the
-	// whole wait. The producer
-	// gets its own copy (sharing one config between the group and an idempotent producer makes
-	// commits slow), with Idempotent, RequiredAcks=WaitForAll, Net.MaxOpenRequests=1, and
-	// turnstile's partitioner.
+	// sarama.NewConfig() with Version sarama.V3_6_0_0 and ClientID "turnstile" (a Version of at
+	// least V2_4_0_0 is needed for the cooperative-sticky strategy, KIP-429). New copies it and
+	// overrides what turnstile's guarantees rest on: manual commits (AutoCommit off),
+	// Return.Errors, Offsets.Initial = OffsetOldest (a new group reads every request already on
+	// the topic), and the cooperative-sticky strategy unless GroupStrategies names a strategy
+	// other than sarama's default range. Consumer.MaxWaitTime (Kafka's fetch.max.wait.ms) left
+	// at sarama's 500 ms becomes 100 ms: a partition resumed after a backpressure pause is
+	// fetched only after the fetch in flight returns, which an idle topic holds for the whole
+	// wait. The producer gets its own copy (sharing one config between the group and an
+	// idempotent producer makes commits slow), with Idempotent, RequiredAcks=WaitForAll,
+	// Net.MaxOpenRequests=1, Retry.Max at least 5 and a murmur2 partitioner (the placement a
+	// Java producer picks for the same key).
 	Sarama *sarama.Config
 	// Replay, when set, makes the Consumer a replay into a sandbox: see Replay. ResultsTopic
 	// and DeadLetterTopic may then be empty (nothing is published there), and must not be
@@ -207,6 +220,9 @@ func (c *Config) setDefaults() {
 	def(&c.RetryBackoff, DefaultRetryBackoff)
 	def(&c.MaxRetryBackoff, DefaultMaxRetryBackoff)
 	def(&c.MaxPause, DefaultMaxPause)
+	if c.MaxRateLimits == 0 {
+		c.MaxRateLimits = DefaultMaxRateLimits
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -220,19 +236,22 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Validate reports the first field that is missing or out of range, by name.
+// Validate reports every field that is missing or out of range, by name, joined in the order
+// of the fields of Config (errors.Join: one line each). New calls it after applying the
+// defaults.
 func (c *Config) Validate() error {
 	var errs []error
 	if len(c.Brokers) == 0 {
 		errs = append(errs, errors.New("Brokers: empty"))
 	}
-	required := map[string]string{"GroupID": c.GroupID, "RequestsTopic": c.RequestsTopic}
+	required := []struct{ name, v string }{{"GroupID", c.GroupID}, {"RequestsTopic", c.RequestsTopic}}
 	if c.Replay == nil {
-		required["ResultsTopic"], required["DeadLetterTopic"] = c.ResultsTopic, c.DeadLetterTopic
+		required = append(required, struct{ name, v string }{"ResultsTopic", c.ResultsTopic},
+			struct{ name, v string }{"DeadLetterTopic", c.DeadLetterTopic})
 	}
-	for name, v := range required {
-		if v == "" {
-			errs = append(errs, fmt.Errorf("%s: empty", name))
+	for _, f := range required {
+		if f.v == "" {
+			errs = append(errs, fmt.Errorf("%s: empty", f.name))
 		}
 	}
 	if c.RequestsTopic != "" && (c.RequestsTopic == c.ResultsTopic || c.RequestsTopic == c.DeadLetterTopic) {
@@ -241,33 +260,35 @@ func (c *Config) Validate() error {
 	if c.Replay != nil {
 		errs = append(errs, c.Replay.validate(c)...)
 	}
-	for _, f := range []struct {
-		name string
-		v    int
-	}{{"MaxAttempts", c.MaxAttempts}, {"MaxInFlight", c.MaxInFlight}, {"MaxInFlightPerPartition", c.MaxInFlightPerPartition}, {"MaxBuffered", c.MaxBuffered}} {
-		if f.v < 0 {
-			errs = append(errs, fmt.Errorf("%s: negative (%d)", f.name, f.v))
+	negative := func(name string, v any, neg bool) {
+		if neg {
+			errs = append(errs, fmt.Errorf("%s: negative (%v)", name, v))
 		}
 	}
+	negative("MaxAttempts", c.MaxAttempts, c.MaxAttempts < 0)
+	negative("TurnTimeout", c.TurnTimeout, c.TurnTimeout < 0)
+	negative("RevokeGrace", c.RevokeGrace, c.RevokeGrace < 0)
+	negative("ShutdownTimeout", c.ShutdownTimeout, c.ShutdownTimeout < 0)
 	if c.Ordering != OrderByKey && c.Ordering != OrderByPartition {
 		errs = append(errs, fmt.Errorf("Ordering: unknown (%d)", int(c.Ordering)))
 	}
-	for name, v := range map[string]time.Duration{
-		"TurnTimeout": c.TurnTimeout, "RevokeGrace": c.RevokeGrace, "ShutdownTimeout": c.ShutdownTimeout,
-		"CommitInterval": c.CommitInterval, "RetryBackoff": c.RetryBackoff, "MaxRetryBackoff": c.MaxRetryBackoff, "MaxPause": c.MaxPause,
-	} {
-		if v < 0 {
-			errs = append(errs, fmt.Errorf("%s: negative (%s)", name, v))
-		}
-	}
+	negative("MaxInFlight", c.MaxInFlight, c.MaxInFlight < 0)
+	negative("MaxInFlightPerPartition", c.MaxInFlightPerPartition, c.MaxInFlightPerPartition < 0)
+	negative("MaxBuffered", c.MaxBuffered, c.MaxBuffered < 0)
+	negative("CommitInterval", c.CommitInterval, c.CommitInterval < 0)
+	negative("RetryBackoff", c.RetryBackoff, c.RetryBackoff < 0)
+	negative("MaxRetryBackoff", c.MaxRetryBackoff, c.MaxRetryBackoff < 0)
+	negative("MaxPause", c.MaxPause, c.MaxPause < 0)
+	negative("MaxRateLimits", c.MaxRateLimits, c.MaxRateLimits < 0)
 	if c.Sarama != nil {
 		if err := c.Sarama.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("Sarama: %w", err))
 		}
-		if rt := c.Sarama.Consumer.Group.Rebalance.Timeout; c.RevokeGrace+abandonWait >= rt {
-			errs = append(errs, fmt.Errorf("RevokeGrace: %s (plus %s to abandon the turn) is not shorter than Sarama.Consumer.Group.Rebalance.Timeout (%s)",
-				c.RevokeGrace, abandonWait, rt))
-		}
+	}
+	// Against the group's rebalance timeout, sarama's default (60 s) when Sarama is nil.
+	if rt := c.base().Consumer.Group.Rebalance.Timeout; c.RevokeGrace+abandonWait >= rt {
+		errs = append(errs, fmt.Errorf("RevokeGrace: %s (plus %s to abandon the turn) is not shorter than Sarama.Consumer.Group.Rebalance.Timeout (%s)",
+			c.RevokeGrace, abandonWait, rt))
 	}
 	if c.Transactional != nil {
 		errs = append(errs, c.Transactional.validate(c)...)

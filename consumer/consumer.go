@@ -2,7 +2,10 @@
 // request record as a turn, in order per conversation, publishes its result, dead-letters what
 // cannot be served, and commits an offset only after the record's outcome is durable.
 //
-// # Guarantees and how they are kept
+// # How the consumer keeps the guarantees
+//
+// The guarantees are stated in the package doc of the module root (G1-G7); here is the
+// consumer's part of each.
 //
 //   - Order (G1): with Config.Ordering = OrderByKey (the default) the records of one key (one
 //     conversation) run one at a time, in offset order, while records of different keys of the
@@ -21,7 +24,12 @@
 //     (txn.go, Transactional), so a read_committed reader sees one result per request id.
 //   - No stall (G5): a failing record is retried with backoff up to Config.MaxAttempts, counted
 //     in the inbox across members and crashes, then dead-lettered with the reason in headers.
-//     Records that do not decode are dead-lettered at once. By key, a slow conversation holds
+//     A crash counts only against a request that ran alone: every turn's context carries
+//     turn.WithCrashIsolation, and a request whose last attempt ended with its member beside
+//     other turns (turn.ErrRunAlone) runs again with no other turn of the member in a Handler
+//     call. A request rate limited Config.MaxRateLimits times is dead-lettered. Records that do
+//     not decode are dead-lettered at once, and every dead letter the topic refuses as too
+//     large is sent again without the value, then the headers, then the key. By key, a slow conversation holds
 //     up only itself: the others of its partition go on, within the window.
 //   - Bounded (G6): turns in flight are capped per member (Config.MaxInFlight, which also
 //     bounds the goroutines that run them) and per partition; a partition's window of records
@@ -43,6 +51,10 @@
 //     partitions), then hands the record to one of MaxInFlight workers;
 //   - a worker runs the turn (the Handler, with retries) and hands the outcome to the producer;
 //   - one loop reads the producer's acknowledgements and marks records done.
+//
+// A worker holds the member's solo gate (alone.go) shared for the length of a Handler call,
+// or exclusively for a request that must run alone; it takes no other lock while it waits
+// for the gate, and holds none of the locks below across the call.
 //
 // Lock order: a partition's out lock, then its mutex, then the pause owner's mutex (a leaf,
 // which only flips sarama's in-memory pause flags). No lock is held across a network call:
@@ -108,6 +120,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/turnstile-go/turnstile/turn"
 	"github.com/turnstile-go/turnstile/turn/turnotel"
 )
 
@@ -137,27 +150,54 @@ type Consumer struct {
 	partitions atomic.Int32 // of the requests topic
 	client     sarama.Client
 	committer  atomic.Pointer[committer] // of the current session; sessions do not overlap
+	solo       soloGate                  // lets a turn run with no other in flight (turn.ErrRunAlone)
+
+	// hostRunner is the RunnerHandler's Runner as the host gave it, before telemetry wrapped
+	// its stores: a replay compares its stores with production's (replay.go).
+	hostRunner *turn.Runner
 
 	// Telemetry (telemetry.go, metrics.go): nil when Config.Telemetry leaves it off.
 	tracing *tracing
 	meters  *meters
 	health  health // health.go
+
+	shutdownMu   sync.Mutex
+	shutdownErrs []error // commits of the shutdown that did not finish
 }
 
 // New validates cfg, applies its defaults and returns a Consumer that serves records with h.
-// It opens no connection; Run does. Errors name the Config field at fault.
+// With RunnerHandler, cfg takes the Runner's MaxAttempts, TurnTimeout and Decoder, and a Config
+// that sets one of them to another value is refused (see RunnerHandler). It opens no
+// connection; Run does. Errors name the Config field at fault; a Handler with a Validate()
+// error method (RunnerHandler's: turn.Runner.Validate, which names a missing Model, Sessions or
+// Inbox) is checked too, so that a mistake in it fails here instead of dead-lettering every
+// request.
 func New(cfg Config, h Handler) (*Consumer, error) {
 	if h == nil {
 		return nil, errors.New("consumer: nil Handler")
+	}
+	if v, ok := h.(interface{ Validate() error }); ok {
+		if err := v.Validate(); err != nil {
+			return nil, fmt.Errorf("consumer: invalid Handler: %w", err)
+		}
+	}
+	if a, ok := h.(limitsAdopter); ok {
+		if err := a.adopt(&cfg); err != nil {
+			return nil, err
+		}
 	}
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if rh, ok := h.(runnerHandler); ok && cfg.Telemetry.Enabled() {
-		h = runnerHandler{turnotel.Runner(rh.r, cfg.Telemetry)} // spans for the inbox, session and model
+	var hostRunner *turn.Runner
+	if rh, ok := h.(runnerHandler); ok {
+		hostRunner = rh.r
+		if cfg.Telemetry.Enabled() {
+			h = runnerHandler{turnotel.Runner(rh.r, cfg.Telemetry)} // spans for the inbox, session and model
+		}
 	}
-	c := &Consumer{cfg: cfg, h: h, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxInFlight),
+	c := &Consumer{cfg: cfg, h: h, hostRunner: hostRunner, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxInFlight),
 		work: make(chan *record, cfg.MaxInFlight), tracing: newTracing(&cfg)}
 	m, err := newMeters(c)
 	if err != nil {
@@ -170,11 +210,18 @@ func New(cfg Config, h Handler) (*Consumer, error) {
 // Run joins the consumer group and serves records until ctx ends, then drains: the turns in
 // flight get Config.ShutdownTimeout to finish, finished ones are published and committed, the
 // rest are cancelled (and redelivered to the group later), the member leaves the group and
-// every connection closes. Run returns nil after such a shutdown, or an error when it cannot
-// start (brokers unreachable, requests topic missing, a replay that would write to production's
-// stores: ErrProductionStore). In the transactional mode (Config.Transactional) it also ends,
-// with an error wrapping ErrFenced, when the member's transactional producer is fenced or
-// fails for good. Run may be called once.
+// every connection closes. Run may be called once.
+//
+// Before it joins the group Run checks that the requests, results and dead-letter topics
+// exist (a replay's own, when it has them), and returns an error naming the missing one (a
+// member that joined without them would look healthy while its partitions retried
+// publishing forever). It returns nil after a clean shutdown; an error wrapping
+// ErrFinalCommit when a commit of the shutdown did not finish within 5 s or leaving the group
+// did not (the records it covered are redelivered to the group, and redone: nothing is
+// lost); or an error when it cannot start (brokers unreachable, a topic missing, ctx ended
+// while connecting, a replay that would write to production's stores: ErrProductionStore). In
+// the transactional mode (Config.Transactional) it also ends, with an error wrapping ErrFenced,
+// when the member's transactional producer is fenced or fails for good.
 func (c *Consumer) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return errors.New("consumer: Run called twice")
@@ -196,6 +243,16 @@ func (c *Consumer) Run(ctx context.Context) error {
 	defer c.health.running.Store(false)
 	if err := c.refreshPartitions(); err != nil {
 		return err
+	}
+	for _, topic := range []struct{ field, name string }{
+		{"ResultsTopic", c.cfg.ResultsTopic}, {"DeadLetterTopic", c.cfg.DeadLetterTopic},
+	} {
+		if topic.name == "" { // a replay that publishes nothing
+			continue
+		}
+		if _, err := client.Partitions(topic.name); err != nil {
+			return fmt.Errorf("consumer: Config.%s %q: %w", topic.field, topic.name, err)
+		}
 	}
 	if c.cfg.Replay != nil {
 		ends, err := c.startReplay(ctx, client)
@@ -268,13 +325,44 @@ func (c *Consumer) Run(ctx context.Context) error {
 	// Leaving the group moves the partitions at once; against a hung broker it is bounded.
 	if !within(commitTimeout, func() { err = group.Close() }) {
 		c.log.Warn("leaving the consumer group did not finish in time; continuing", "timeout", commitTimeout.String())
-		return c.txn.error()
+		c.shutdownFailed(fmt.Errorf("leaving the group did not finish within %s", commitTimeout))
+		return c.runErr()
 	}
 	wg.Wait()
 	if err != nil {
 		c.log.Warn("consumer group close", "err", err)
 	}
-	return c.txn.error()
+	return c.runErr()
+}
+
+// runErr is Run's error: the transactional producer's failure (txn.go), if any, and the
+// shutdown's.
+func (c *Consumer) runErr() error {
+	if err := c.txn.error(); err != nil {
+		return errors.Join(err, c.shutdownErr())
+	}
+	return c.shutdownErr()
+}
+
+// ErrFinalCommit is wrapped by Run's error when a commit of its shutdown did not finish in
+// time (or leaving the group did not): the offsets it would have committed are read again by
+// the group, and their records redone (the inbox answers those that were done).
+var ErrFinalCommit = errors.New("consumer: final commit failed")
+
+// shutdownFailed records a failure of the shutdown for Run to return.
+func (c *Consumer) shutdownFailed(err error) {
+	c.shutdownMu.Lock()
+	c.shutdownErrs = append(c.shutdownErrs, err)
+	c.shutdownMu.Unlock()
+}
+
+func (c *Consumer) shutdownErr() error {
+	c.shutdownMu.Lock()
+	defer c.shutdownMu.Unlock()
+	if len(c.shutdownErrs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrFinalCommit, errors.Join(c.shutdownErrs...))
 }
 
 // worker serves the records the dispatchers hand it until stop closes.
@@ -442,6 +530,9 @@ const commitTimeout = 5 * time.Second
 func (c *Consumer) commit(sess sarama.ConsumerGroupSession, log *slog.Logger) {
 	if !c.commitMarks(sess) {
 		log.Warn("commit did not finish in time; continuing", "timeout", commitTimeout.String())
+		if c.runCtx.Err() != nil {
+			c.shutdownFailed(fmt.Errorf("a commit did not finish within %s", commitTimeout))
+		}
 	}
 }
 

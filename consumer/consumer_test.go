@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/stretchr/testify/require"
@@ -79,8 +78,9 @@ func TestCommittedOffsetAfterFiveRecords(t *testing.T) {
 func TestBadRecordsAreDeadLettered(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 1, 1)
-	// A small limit: the test producer, like most, refuses records over 1 MiB.
-	m := e.start(memberOpts{tune: func(cfg *consumer.Config) { cfg.Decoder.MaxTextBytes = 1000 }})
+	// A small limit: the test producer, like most, refuses records over 1 MiB. Set on the
+	// Runner, the consumer adopts it (RunnerHandler) and decodes records with it.
+	m := e.start(memberOpts{runner: func(r *turn.Runner) { r.Decoder.MaxTextBytes = 1000 }})
 	valid := request("c-bad", "a fine request")
 	good, err := valid.Encode()
 	require.NoError(t, err)
@@ -171,85 +171,4 @@ func TestPoisonRequestDeadLettersAfterMaxAttempts(t *testing.T) {
 	require.EqualValues(t, 1, m.c.Stats().DeadLetters)
 	require.EqualValues(t, 1, e.cluster.RecordCount(t, e.dlq), "exactly one dead letter")
 	require.EqualValues(t, 2, e.cluster.RecordCount(t, e.results))
-}
-
-func TestResultPlacement(t *testing.T) {
-	t.Parallel()
-	t.Run("co-partitioned", func(t *testing.T) {
-		t.Parallel()
-		e := setup(t, 6, 6)
-		e.start(memberOpts{})
-		want := map[string]int32{}
-		for i := range 24 {
-			r := request(fmt.Sprintf("conv-%d", i), "hi")
-			data, err := r.Encode()
-			require.NoError(t, err)
-			// An upstream partitioner that is not murmur2: round robin by hand.
-			e.cluster.ProduceTo(t, e.requests, int32(i%6), r.ConversationID, data, nil)
-			want[r.ID] = int32(i % 6)
-		}
-		for id, msgs := range e.resultsByID(24) {
-			require.Equal(t, want[id], msgs[0].Partition, "result of %s", id)
-		}
-	})
-	t.Run("murmur2 when partition counts differ", func(t *testing.T) {
-		t.Parallel()
-		e := setup(t, 5, 12)
-		e.start(memberOpts{})
-		e.produce(request("user-42", "hi"), request("order-1001", "hi"))
-		got := map[string]int32{}
-		for _, msgs := range e.resultsByID(2) {
-			got[string(msgs[0].Key)] = msgs[0].Partition
-		}
-		// What a Java producer's default partitioner picks for these keys on 12 partitions.
-		require.Equal(t, map[string]int32{"user-42": 4, "order-1001": 6}, got)
-	})
-}
-
-func TestConfigValidate(t *testing.T) {
-	t.Parallel()
-	h := consumer.HandlerFunc(func(context.Context, turn.Request) (*turn.Result, error) { return nil, nil })
-	_, err := consumer.New(consumer.Config{}, h)
-	require.ErrorContains(t, err, "Brokers: empty")
-	require.ErrorContains(t, err, "GroupID: empty")
-	require.ErrorContains(t, err, "RequestsTopic: empty")
-	require.ErrorContains(t, err, "DeadLetterTopic: empty")
-	require.ErrorContains(t, err, "ResultsTopic: empty")
-
-	ok := consumer.Config{Brokers: []string{"127.0.0.1:1"}, GroupID: "g", RequestsTopic: "r", ResultsTopic: "res", DeadLetterTopic: "d"}
-	_, err = consumer.New(ok, nil)
-	require.ErrorContains(t, err, "nil Handler")
-
-	bad := ok
-	bad.RevokeGrace = -time.Second
-	_, err = consumer.New(bad, h)
-	require.ErrorContains(t, err, "RevokeGrace: negative")
-
-	bad = ok
-	bad.Sarama = sarama.NewConfig()
-	bad.RevokeGrace = 2 * bad.Sarama.Consumer.Group.Rebalance.Timeout
-	_, err = consumer.New(bad, h)
-	require.ErrorContains(t, err, "RevokeGrace: 2m0s (plus 1s to abandon the turn) is not shorter than")
-
-	bad = ok
-	bad.ResultsTopic = "r"
-	_, err = consumer.New(bad, h)
-	require.ErrorContains(t, err, "RequestsTopic: must differ")
-
-	c, err := consumer.New(ok, h)
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	require.ErrorContains(t, c.Run(ctx), "consumer: connect to")
-}
-
-func TestStatsAdd(t *testing.T) {
-	t.Parallel()
-	a := consumer.Stats{Records: 1, Turns: 2, Results: 3, Replayed: 4, DeadLetters: 5, Retries: 6, RateLimited: 7,
-		Abandoned: 8, LateDropped: 9, Pauses: 10, Claims: 11, Skipped: 12, PeakBuffered: 13, Released: 14, Commits: 15}
-	b := consumer.Stats{Records: 10, Turns: 20, Results: 30, Replayed: 40, DeadLetters: 50, Retries: 60, RateLimited: 70,
-		Abandoned: 80, LateDropped: 90, Pauses: 100, Claims: 110, Skipped: 120, PeakBuffered: 5, Released: 140, Commits: 150}
-	require.Equal(t, consumer.Stats{Records: 11, Turns: 22, Results: 33, Replayed: 44, DeadLetters: 55, Retries: 66,
-		RateLimited: 77, Abandoned: 88, LateDropped: 99, Pauses: 110, Claims: 121, Skipped: 132, PeakBuffered: 13,
-		Released: 154, Commits: 165}, a.Add(b))
 }

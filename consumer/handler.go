@@ -1,7 +1,10 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/turnstile-go/turnstile/turn"
 )
@@ -18,9 +21,14 @@ import (
 //     *turn.DeadLetterError when there is one) and its offset commits;
 //   - turn.KindAttempt: retried after a backoff, dead-lettered after Config.MaxAttempts;
 //   - turn.KindRateLimited: all partitions pause for turn.RetryDelay (capped exponential when
-//     repeated), then the request is tried again, with no attempt spent;
+//     repeated), then the request is tried again, with no attempt spent; after
+//     Config.MaxRateLimits of them the request is dead-lettered;
 //   - turn.KindUnavailable: retried after a backoff, with no attempt spent;
-//   - turn.KindCanceled: the turn was abandoned (revoke, shutdown): nothing is published or
+//   - turn.KindRunAlone: the request's last attempt ended with its member while other turns
+//     ran (turn.ErrRunAlone); it is run again with no other turn of the member in a Handler
+//     call, its context marked by turn.WithCrashIsolation(ctx, true), with no attempt spent.
+//     Every Handler call's context carries turn.WithCrashIsolation;
+//   - turn.KindAbandoned: the turn was abandoned (revoke, shutdown): nothing is published or
 //     committed, and the record is read again by the partition's next owner.
 type Handler interface {
 	Handle(ctx context.Context, req turn.Request) (*turn.Result, error)
@@ -35,9 +43,16 @@ func (f HandlerFunc) Handle(ctx context.Context, req turn.Request) (*turn.Result
 }
 
 // RunnerHandler returns the direct-mode Handler: each request runs as one idempotent turn of r
-// and its Result is published. Set r.MaxAttempts to Config.MaxAttempts. When Run starts, it
-// asks r whether its stores can serve Config.MaxInFlight turns at once
-// (turn.Runner.CheckConcurrency) and logs a warning when they cannot.
+// and its Result is published. New refuses a Runner that Validate refuses (a missing Model,
+// Sessions or Inbox).
+//
+// The Runner is the one place for the limits of a turn: New adopts its MaxAttempts,
+// TurnTimeout and Decoder (the Runner's defaults where it leaves them zero) for the Config
+// fields left zero, and refuses a Config whose MaxAttempts, TurnTimeout or Decoder is set to
+// something else than the Runner's, since the Runner would enforce its own (it counts the
+// attempts in the inbox and validates every request again). When Run starts, it asks r whether
+// its stores can serve Config.MaxInFlight turns at once (turn.Runner.CheckConcurrency) and logs
+// a warning when they cannot.
 func RunnerHandler(r *turn.Runner) Handler { return runnerHandler{r} }
 
 type runnerHandler struct{ r *turn.Runner }
@@ -61,6 +76,67 @@ func (h runnerHandler) handleEncoded(ctx context.Context, req turn.Request) (*tu
 type encodingHandler interface {
 	handleEncoded(ctx context.Context, req turn.Request) (*turn.Result, []byte, error)
 }
+
+// Validate reports a Runner that cannot serve (turn.Runner.Validate), for New.
+func (h runnerHandler) Validate() error { return h.r.Validate() }
+
+// adopt sets cfg's turn limits from the Runner's and refuses a Config that disagrees with them.
+// The Runner bounds its turns itself, so the adopted TurnTimeout is left to it (cfg keeps 0 and
+// the consumer adds no deadline of its own).
+func (h runnerHandler) adopt(cfg *Config) error {
+	r := h.r
+	if r == nil {
+		return errors.New("consumer: RunnerHandler of a nil Runner")
+	}
+	attempts := r.Attempts()
+	timeout := cmp.Or(r.TurnTimeout, turn.DefaultTurnTimeout)
+	var errs []error
+	switch {
+	case cfg.MaxAttempts == 0:
+		cfg.MaxAttempts = attempts
+	case cfg.MaxAttempts != attempts:
+		errs = append(errs, fmt.Errorf("MaxAttempts: %d, but the Runner's is %d%s; set it on the Runner only",
+			cfg.MaxAttempts, attempts, defaulted(r.MaxAttempts == 0)))
+	}
+	switch {
+	case cfg.TurnTimeout == 0, cfg.TurnTimeout == timeout:
+		cfg.TurnTimeout = 0
+	default:
+		errs = append(errs, fmt.Errorf("TurnTimeout: %s, but the Runner's is %s%s; set it on the Runner only",
+			cfg.TurnTimeout, timeout, defaulted(r.TurnTimeout == 0)))
+	}
+	switch {
+	case cfg.Decoder == (turn.Decoder{}):
+		cfg.Decoder = r.Decoder
+	case effective(cfg.Decoder) != effective(r.Decoder):
+		errs = append(errs, fmt.Errorf("Decoder: MaxTextBytes %d, but the Runner's is %d%s; set it on the Runner only",
+			effective(cfg.Decoder).MaxTextBytes, effective(r.Decoder).MaxTextBytes, defaulted(r.Decoder == (turn.Decoder{}))))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("consumer: Config disagrees with the Runner of RunnerHandler: %w", err)
+	}
+	return nil
+}
+
+func defaulted(zero bool) string {
+	if zero {
+		return " (its default)"
+	}
+	return ""
+}
+
+// effective returns d with its defaults filled in, so that two Decoders that decode alike
+// compare equal.
+func effective(d turn.Decoder) turn.Decoder {
+	if d.MaxTextBytes <= 0 {
+		d.MaxTextBytes = turn.DefaultMaxTextBytes
+	}
+	return d
+}
+
+// limitsAdopter is a Handler that carries the limits of its turns for the Consumer to adopt
+// (RunnerHandler).
+type limitsAdopter interface{ adopt(cfg *Config) error }
 
 // CheckConcurrency implements concurrencyChecker.
 func (h runnerHandler) CheckConcurrency(n int) error { return h.r.CheckConcurrency(n) }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/turnstile-go/turnstile/consumer"
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // python runs testdata/interop.py with Debian's python3 and its confluent-kafka (librdkafka).
@@ -91,5 +92,42 @@ func TestConfluentKafkaInterop(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, req.ID, res.RequestID)
 		require.Contains(t, res.Text, req.Text)
+	}
+}
+
+func TestKcatInterop(t *testing.T) {
+	t.Parallel()
+	turntest.NeedKcat(t)
+	e := setup(t, 3, 3)
+	e.start(memberOpts{})
+	var lines []string
+	reqs := make([]turn.Request, 5)
+	for i := range reqs {
+		reqs[i] = request(fmt.Sprintf("kc-%d", i), fmt.Sprintf("hello from librdkafka %d", i))
+		data, err := reqs[i].Encode()
+		require.NoError(t, err)
+		lines = append(lines, reqs[i].ConversationID+"\t"+string(data))
+	}
+	turntest.KcatInput(t, []byte(strings.Join(lines, "\n")+"\n"),
+		"-b", e.cluster.BrokerList(), "-P", "-t", e.requests, "-K", "\t", "-H", "origin=kcat", "-X", "topic.partitioner=murmur2_random")
+
+	e.resultsByID(len(reqs)) // wait until they are all there
+	out := turntest.Kcat(t, "-b", e.cluster.BrokerList(), "-C", "-t", e.results, "-o", "beginning", "-e", "-q",
+		"-f", "%k|%h|%s\n")
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		parts := strings.SplitN(line, "|", 3)
+		require.Len(t, parts, 3, line)
+		res, err := turn.DecodeResult([]byte(parts[2]))
+		require.NoError(t, err)
+		require.Equal(t, parts[0], res.ConversationID)
+		require.Contains(t, parts[1], consumer.HeaderRequestID+"="+res.RequestID)
+		require.Contains(t, parts[1], consumer.HeaderConversationID+"="+res.ConversationID)
+		require.Contains(t, parts[1], consumer.HeaderAttempt+"=1")
+		got[res.RequestID] = res.Text
+	}
+	require.Len(t, got, len(reqs))
+	for _, r := range reqs {
+		require.Contains(t, got[r.ID], r.Text)
 	}
 }

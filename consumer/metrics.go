@@ -64,7 +64,7 @@ func newMeters(c *Consumer) (*meters, error) {
 		m.outcomes[o] = metric.WithAttributeSet(attribute.NewSet(m.group, turnotel.AttrOutcome.String(o)))
 	}
 	m.kinds = map[turn.Kind]metric.MeasurementOption{}
-	for _, k := range []turn.Kind{turn.KindNone, turn.KindAttempt, turn.KindPermanent, turn.KindRateLimited, turn.KindUnavailable, turn.KindCanceled} {
+	for _, k := range []turn.Kind{turn.KindNone, turn.KindAttempt, turn.KindPermanent, turn.KindRateLimited, turn.KindUnavailable, turn.KindAbandoned} {
 		m.kinds[k] = metric.WithAttributeSet(attribute.NewSet(m.group, turnotel.AttrKind.String(k.String())))
 	}
 	var err error

@@ -17,10 +17,12 @@ import (
 type outKind uint8
 
 const (
-	outResult         outKind = iota // a result on Config.ResultsTopic
-	outDeadLetter                    // a dead letter carrying the request record as it came
-	outBareDeadLetter                // a dead letter without the record's value (it was refused)
-	outNothing                       // transactional mode: no record, the offset only (txn.go)
+	outResult               outKind = iota // a result on Config.ResultsTopic
+	outDeadLetter                          // a dead letter carrying the request record as it came
+	outBareDeadLetter                      // a dead letter without the record's value (it was refused)
+	outHeaderlessDeadLetter                // nor the producer's headers (refused too)
+	outKeylessDeadLetter                   // nor the record's key: turnstile's headers only
+	outNothing                             // transactional mode: no record, the offset only (txn.go)
 )
 
 // outbound is a result or dead letter on its way to the broker. It rides in
@@ -147,7 +149,9 @@ func (p *partition) delivered(ob *outbound) {
 
 // failed handles a publish that sarama gave up on after its own retries. A record the topic
 // refuses for good (too large) is replaced: a result by a dead letter saying so, a dead letter
-// by one without the record's value. Anything else is sent again after a backoff, until the
+// by one without the record's value, then without the producer's headers, then without the
+// key, whichever part is too large (G2: every refused record still gets a dead letter, which
+// locates the original by its source headers). Anything else is sent again after a backoff, until the
 // partition closes (the next owner then redoes the record). It runs on the ack loop, so what
 // can block (a send, a sleep) runs in a goroutine of its own.
 func (p *partition) failed(ob *outbound, err error) {
@@ -155,9 +159,10 @@ func (p *partition) failed(ob *outbound, err error) {
 		ob.endPublish(err)
 		next := ob.replacement(err)
 		if next == nil {
-			// Not even the bare dead letter fits: say so as loudly as we can, and move on.
+			// Not even turnstile's own headers fit (a dead-letter topic whose limit is a few
+			// KiB): say so as loudly as we can, and move on.
 			p.c.stats.skipped.Add(1)
-			p.log.Error("dead letter refused even without its value; record skipped",
+			p.log.Error("dead letter refused even without the record's value, headers and key; record skipped",
 				"offset", ob.r.msg.Offset, "err", err, reqAttrs(ob.req))
 			p.acked(ob.r)
 			return
@@ -205,8 +210,55 @@ func (ob *outbound) replacement(err error) *outbound {
 				header(HeaderValueDropped, fmt.Sprintf("%d bytes; refused: %s", len(r.msg.Value), clip(err.Error())))),
 		}
 		return next
+	case outBareDeadLetter:
+		// The key or the producer's headers are too large: keep only turnstile's headers.
+		ours, n, size := splitOurs(ob.pm.Headers)
+		p.log.Error("dead letter refused without its value; publishing it without the producer's headers",
+			"offset", r.msg.Offset, "err", err, "headers", n, "header_bytes", size)
+		return ob.stripped(outHeaderlessDeadLetter, ob.pm.Key,
+			append(ours, header(HeaderHeadersDropped, fmt.Sprintf("%d headers, %d bytes", n, size))))
+	case outHeaderlessDeadLetter:
+		keyBytes := 0
+		if ob.pm.Key != nil {
+			keyBytes = ob.pm.Key.Length()
+		}
+		p.log.Error("dead letter refused without its value and headers; publishing it without its key",
+			"offset", r.msg.Offset, "err", err, "key_bytes", keyBytes)
+		return ob.stripped(outKeylessDeadLetter, nil,
+			append(ob.pm.Headers[:len(ob.pm.Headers):len(ob.pm.Headers)], header(HeaderKeyDropped, fmt.Sprintf("%d bytes", keyBytes))))
 	}
 	return nil
+}
+
+// stripped returns a dead letter like ob with the given kind, key and headers and no value.
+func (ob *outbound) stripped(kind outKind, key sarama.Encoder, headers []sarama.RecordHeader) *outbound {
+	next := &outbound{p: ob.p, r: ob.r, kind: kind, req: ob.req, reason: ob.reason,
+		attempts: ob.attempts, partitions: ob.partitions}
+	next.pm = &sarama.ProducerMessage{Topic: ob.pm.Topic, Key: key, Headers: headers, Metadata: next}
+	return next
+}
+
+// splitOurs returns the headers among hs that turnstile sets, in order, and the number and
+// size (names and values, in bytes) of the others.
+func splitOurs(hs []sarama.RecordHeader) (ours []sarama.RecordHeader, n, size int) {
+	for _, h := range hs {
+		if ourHeader(string(h.Key)) {
+			ours = append(ours, h)
+		} else {
+			n, size = n+1, size+len(h.Key)+len(h.Value)
+		}
+	}
+	return ours, n, size
+}
+
+// ourHeader reports a header name that turnstile sets on dead letters.
+func ourHeader(name string) bool {
+	switch name {
+	case HeaderReason, HeaderError, HeaderAttempts, HeaderSourceTopic, HeaderSourcePartition, HeaderSourceOffset,
+		HeaderRequestID, HeaderConversationID, HeaderValueDropped, HeaderHeadersDropped, HeaderKeyDropped:
+		return true
+	}
+	return false
 }
 
 // refused reports a publish error that retrying cannot fix: sarama's own check of

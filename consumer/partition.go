@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+
+	"github.com/turnstile-go/turnstile/turn"
 )
 
 // recState is where a record is on its way to a committable offset. A record only moves
@@ -100,8 +102,9 @@ func newPartition(c *Consumer, sess sarama.ConsumerGroupSession, t tp) *partitio
 		wakeStart: make(chan struct{}, 1), wakeDrain: make(chan struct{}, 1),
 	}
 	// Turns outlive the session's context by the grace, so they do not derive from it; they
-	// keep the values of Run's context (tracing, tenant).
-	p.turns, p.cancelTurns = context.WithCancel(context.WithoutCancel(c.runCtx))
+	// keep the values of Run's context (tracing, tenant), and tell the Runner that a request
+	// can run alone (turn.WithCrashIsolation; serve.go's handle runs it so).
+	p.turns, p.cancelTurns = context.WithCancel(turn.WithCrashIsolation(context.WithoutCancel(c.runCtx), false))
 	p.waits, p.cancelWaits = context.WithCancel(p.turns)
 	return p
 }
@@ -254,15 +257,15 @@ func (p *partition) serve(r *record) {
 	ob, ok := p.process(r)
 	ob = p.unpublished(ob) // a replay's empty topics
 	if !ok {
-		p.gaveUp()
+		p.endAbandoned()
 		return
 	}
 	p.handoff(r, ob)
 }
 
-// gaveUp ends a turn that was abandoned (revoke, shutdown): its record stays running, so the
+// endAbandoned ends a turn that was abandoned (revoke, shutdown): its record stays running, so the
 // watermark stays below it and the next owner reads it again.
-func (p *partition) gaveUp() {
+func (p *partition) endAbandoned() {
 	p.mu.Lock()
 	p.turnEnded()
 	p.mu.Unlock()
@@ -280,7 +283,7 @@ func (p *partition) handoff(r *record, ob *outbound) {
 		p.c.stats.lateDropped.Add(1)
 		p.log.Warn("turn finished after its partition was released; not published, not committed",
 			"offset", r.msg.Offset)
-		p.gaveUp()
+		p.endAbandoned()
 		return
 	}
 	if ob == nil && p.c.txn != nil { // its offset commits with a transaction

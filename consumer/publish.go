@@ -29,6 +29,13 @@ const (
 	// came was refused by the dead-letter topic (too large), with the original size; the
 	// source headers locate the original, which stays on the requests topic until retention.
 	HeaderValueDropped = "value-dropped"
+	// HeaderHeadersDropped says that a dead letter carries none of the record's own headers
+	// because, with them, it was still refused without its value: "N headers, B bytes".
+	HeaderHeadersDropped = "headers-dropped"
+	// HeaderKeyDropped says that a dead letter carries no key because, with it, it was still
+	// refused without its value and headers: "B bytes" (the key's size). Such a dead letter
+	// keeps the request's partition when the dead-letter topic has as many partitions.
+	HeaderKeyDropped = "key-dropped"
 )
 
 // partitioner places results and dead letters: on the request's partition index when the

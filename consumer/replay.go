@@ -36,7 +36,9 @@ type Replay struct {
 	// and Inbox). When the Handler is a RunnerHandler, Run refuses to start if one of its
 	// Runner's stores is one of these, or names the same tables: stores with a method
 	// Location(ctx) (string, error), as session/sqlsession's Store and inbox/sqlinbox's Inbox
-	// have, are compared by it, whichever *sql.DB reaches them.
+	// have (and turn/turnotel's wrappers of them), are compared by it, whichever *sql.DB
+	// reaches them. A store of your own wrapping is compared only by value unless it has
+	// Location too.
 	ProductionStores []any
 	// StartTime, when set, starts each partition at its first record whose timestamp is at or
 	// after it (the broker's offset for a time, KIP-79); a partition with none starts at its
@@ -84,11 +86,11 @@ var ErrProductionStore = errors.New("consumer: replay would write to a productio
 
 // checkReplayStores refuses a replay whose Runner writes to production's stores.
 func (c *Consumer) checkReplayStores(ctx context.Context) error {
-	rh, ok := c.h.(runnerHandler)
-	if !ok {
+	r := c.hostRunner // the host's stores: telemetry's wrappers have no Location
+	if r == nil {
 		return nil
 	}
-	ours := map[string]any{"Sessions": rh.r.Sessions, "Inbox": rh.r.Inbox}
+	ours := map[string]any{"Sessions": r.Sessions, "Inbox": r.Inbox}
 	for name, s := range ours {
 		for _, p := range c.cfg.Replay.ProductionStores {
 			same, where, err := sameStore(ctx, s, p)

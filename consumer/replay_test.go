@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/session/sqlsession"
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turn/turnotel"
 	"github.com/turnstile-go/turnstile/turntest"
 )
 
@@ -79,10 +81,15 @@ func TestReplayIntoSandboxLeavesProductionUntouched(t *testing.T) {
 	prefix := sqltest.Prefix(t, db, true)
 	prodSessions, prodInbox := pgStores(t, db, prefix)
 
+	// replays counts the distinct requests the model saw as a replay (a redelivery after a
+	// rebalance may call it again for one), live the calls that were not a replay.
 	model := func(replays, live *atomic.Int64) turn.ModelFunc {
+		var seen sync.Map
 		return func(_ context.Context, in turn.Input) (turn.Output, error) {
 			if in.Replay {
-				replays.Add(1)
+				if _, again := seen.LoadOrStore(in.Request.ID, true); !again {
+					replays.Add(1)
+				}
 			} else {
 				live.Add(1)
 			}
@@ -185,35 +192,101 @@ func TestReplayIntoSandboxLeavesProductionUntouched(t *testing.T) {
 	require.Equal(t, before, readStoreState(t, db, prefix), "production inbox and sessions untouched")
 }
 
-// A replay from a time starts each partition at its first record at or after it.
+// produceTo writes a request of conversation c<p> to partition p of topic and returns it with
+// its offset.
+func produceTo(t *testing.T, kc *turntest.Cluster, topic string, p int32, text string) (turn.Request, int64) {
+	t.Helper()
+	req := request(fmt.Sprintf("c%d", p), text)
+	v, err := req.Encode()
+	require.NoError(t, err)
+	return req, kc.ProduceTo(t, topic, p, req.ConversationID, v, nil)
+}
+
+// sandboxReplay runs an echo model's replay of requests into sandbox until it stops at the
+// recorded end.
+func sandboxReplay(t *testing.T, kc *turntest.Cluster, requests, sandbox string, replay consumer.Replay) {
+	t.Helper()
+	r := &turn.Runner{Model: turn.ModelFunc(func(_ context.Context, in turn.Input) (turn.Output, error) { return echo(in) }),
+		Sessions: session.NewMemoryStore(), Inbox: inbox.NewMemoryInbox(), Logger: testLogger(t)}
+	replay.ProductionGroupID, replay.ProductionResultsTopic, replay.ProductionDeadLetterTopic = "prod", "results", "dlq"
+	replay.StopAtEnd = true
+	c, err := consumer.New(consumer.Config{Brokers: kc.Brokers(), GroupID: kc.Unique("sandbox"), RequestsTopic: requests,
+		ResultsTopic: sandbox, Sarama: kc.Config(), CommitInterval: 100 * time.Millisecond, Logger: testLogger(t),
+		Replay: &replay}, consumer.RunnerHandler(r))
+	require.NoError(t, err)
+	runUntil(t, c, context.Background())
+}
+
+// A replay from a time starts each partition at its first record at or after it, and a
+// partition with no record since then at its end.
 func TestReplayFromTime(t *testing.T) {
 	t.Parallel()
 	kc := turntest.NewCluster(t, turntest.Options{})
-	requests, sandbox := kc.CreateTopic(t, "requests", 2), kc.CreateTopic(t, "sandbox", 2)
-	for i := range 10 {
-		kc.ProduceRequest(t, requests, request(fmt.Sprintf("c%d", i%3), "before"))
+	requests, sandbox := kc.CreateTopic(t, "requests", 3), kc.CreateTopic(t, "sandbox", 3)
+	for i := range 9 {
+		produceTo(t, kc, requests, int32(i%3), "before")
 	}
 	time.Sleep(5 * time.Millisecond) // record timestamps are in milliseconds: keep the batches apart
 	from := time.Now()
 	time.Sleep(5 * time.Millisecond)
 	later := map[string]bool{}
-	for i := range 10 {
-		req := request(fmt.Sprintf("c%d", i%3), "after")
-		kc.ProduceRequest(t, requests, req)
+	for i := range 10 { // none on partition 2
+		req, _ := produceTo(t, kc, requests, int32(i%2), "after")
 		later[req.ID] = true
 	}
-	r := &turn.Runner{Model: turn.ModelFunc(func(_ context.Context, in turn.Input) (turn.Output, error) { return echo(in) }),
-		Sessions: session.NewMemoryStore(), Inbox: inbox.NewMemoryInbox(), Logger: testLogger(t)}
-	c, err := consumer.New(consumer.Config{Brokers: kc.Brokers(), GroupID: kc.Unique("sandbox"), RequestsTopic: requests,
-		ResultsTopic: sandbox, Sarama: kc.Config(), CommitInterval: 100 * time.Millisecond, Logger: testLogger(t),
-		Replay: &consumer.Replay{ProductionGroupID: "prod", ProductionResultsTopic: "results", ProductionDeadLetterTopic: "dlq",
-			StartTime: from, StopAtEnd: true}}, consumer.RunnerHandler(r))
-	require.NoError(t, err)
-	runUntil(t, c, context.Background())
+	sandboxReplay(t, kc, requests, sandbox, consumer.Replay{StartTime: from})
 	got := kc.ReadResults(t, sandbox, len(later), wait)
 	require.Len(t, got, len(later))
 	for _, res := range got {
 		require.True(t, later[res.RequestID], "a request from before the start time was replayed")
 	}
 	require.EqualValues(t, len(later), kc.RecordCount(t, sandbox))
+}
+
+// A replay from an offset starts each partition there, and a partition that holds less starts
+// at its end.
+func TestReplayFromOffset(t *testing.T) {
+	t.Parallel()
+	kc := turntest.NewCluster(t, turntest.Options{})
+	requests, sandbox := kc.CreateTopic(t, "requests", 2), kc.CreateTopic(t, "sandbox", 2)
+	const from = 3
+	want := map[string]bool{}
+	for p, n := range []int{6, 2} { // partition 1 holds less than from: it starts at its end
+		for range n {
+			if req, off := produceTo(t, kc, requests, int32(p), "hello"); off >= from {
+				want[req.ID] = true
+			}
+		}
+	}
+	sandboxReplay(t, kc, requests, sandbox, consumer.Replay{StartOffset: from})
+	require.Len(t, want, 3)
+	require.EqualValues(t, len(want), kc.RecordCount(t, sandbox))
+	for _, res := range kc.ReadResults(t, sandbox, len(want), wait) {
+		require.True(t, want[res.RequestID], "a request before offset %d was replayed", from)
+	}
+}
+
+// A replay with telemetry on, whose Runner's stores New wraps in spans, still refuses
+// production's stores: the check looks at the stores the host gave.
+func TestReplayWithTelemetryRefusesProductionStores(t *testing.T) {
+	t.Parallel()
+	kc := turntest.NewCluster(t, turntest.Options{})
+	requests, sandbox := kc.CreateTopic(t, "requests", 1), kc.CreateTopic(t, "sandbox", 1)
+	prodSessions, prodInbox := session.NewMemoryStore(), inbox.NewMemoryInbox()
+	tp, _ := tracer(t)
+	var live atomic.Int64
+	for name, r := range map[string]*turn.Runner{
+		"production inbox":    {Sessions: session.NewMemoryStore(), Inbox: prodInbox},
+		"production sessions": {Sessions: prodSessions, Inbox: inbox.NewMemoryInbox()},
+	} {
+		r.Model = turn.ModelFunc(func(_ context.Context, in turn.Input) (turn.Output, error) { live.Add(1); return echo(in) })
+		r.Logger = testLogger(t)
+		c, err := consumer.New(consumer.Config{Brokers: kc.Brokers(), GroupID: kc.Unique("sandbox"), RequestsTopic: requests,
+			ResultsTopic: sandbox, Sarama: kc.Config(), Logger: testLogger(t), Telemetry: turnotel.Options{TracerProvider: tp},
+			Replay: &consumer.Replay{ProductionGroupID: "prod", ProductionResultsTopic: "results", ProductionDeadLetterTopic: "dlq",
+				ProductionStores: []any{prodSessions, prodInbox}, StopAtEnd: true}}, consumer.RunnerHandler(r))
+		require.NoError(t, err, name)
+		require.ErrorIs(t, c.Run(context.Background()), consumer.ErrProductionStore, name)
+	}
+	require.Zero(t, live.Load())
 }

@@ -129,8 +129,14 @@ func TestRefusedResultIsDeadLettered(t *testing.T) {
 func TestNoCommitBeforeResultIsDurable(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 1, 1)
-	e.results = e.cluster.Unique("results-later") // does not exist yet
+	// The results topic exists (Run checks that before it joins) but is deleted once the
+	// member runs, and made again later.
 	m := e.start(memberOpts{})
+	eventually(t, func() bool { return m.c.Stats().Claims == 1 })
+	admin, err := sarama.NewClusterAdmin(e.cluster.Brokers(), e.cluster.Config())
+	require.NoError(t, err)
+	defer admin.Close()
+	require.NoError(t, admin.DeleteTopic(e.results))
 	req := request("c-g2", "hello")
 	e.produce(req)
 	e.waitDone(t, req) // the turn is done and stored in the inbox...
@@ -139,9 +145,6 @@ func TestNoCommitBeforeResultIsDurable(t *testing.T) {
 	require.Zero(t, m.c.Stats().Records, "not marked while its result is not published")
 	require.EqualValues(t, -1, e.cluster.CommittedOffset(t, e.group, e.requests, 0))
 
-	admin, err := sarama.NewClusterAdmin(e.cluster.Brokers(), e.cluster.Config())
-	require.NoError(t, err)
-	defer admin.Close()
 	require.NoError(t, admin.CreateTopic(e.results, &sarama.TopicDetail{NumPartitions: 1, ReplicationFactor: -1}, false))
 	results := e.resultsByID(1)
 	require.Len(t, results[req.ID], 1)
@@ -173,14 +176,12 @@ func TestBackpressurePauseDoesNotSurviveReassignment(t *testing.T) {
 		},
 		tune: func(cfg *consumer.Config) { cfg.MaxBuffered = 2 },
 	})
-	var produced []turn.Request
 	for p := range int32(2) {
 		for i := range 6 {
 			r := request(fmt.Sprintf("p%d", p), fmt.Sprintf("backlog %d", i))
 			data, err := r.Encode()
 			require.NoError(t, err)
 			e.cluster.ProduceTo(t, e.requests, p, r.ConversationID, data, nil)
-			produced = append(produced, r)
 		}
 	}
 	for range 2 { // a turn hangs on each partition; the lanes' queues fill and pause them
@@ -221,6 +222,9 @@ func TestConsumerTurnTimeoutSpendsAttempts(t *testing.T) {
 			return turn.Output{}, ctx.Err()
 		},
 		tune: func(cfg *consumer.Config) { cfg.TurnTimeout = 100 * time.Millisecond },
+		// A Handler of the host's around the Runner: the consumer's own TurnTimeout bounds it
+		// (RunnerHandler itself would refuse a TurnTimeout other than the Runner's).
+		wrap: func(h consumer.Handler) consumer.Handler { return consumer.HandlerFunc(h.Handle) },
 	})
 	req := request("c-consumer-timeout", "slow every time")
 	e.produce(req)

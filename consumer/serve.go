@@ -103,18 +103,22 @@ func (p *partition) run(ctx context.Context, r *record, span trace.Span) (*outbo
 		}
 	}
 	bo := newBackoff(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff)
-	failures, calls := 0, 0
+	failures, limited, calls, alone := 0, 0, 0, false
 	for {
 		probe, err := c.throttle.wait(p.waits, true)
 		if err != nil {
-			p.giveUp(rl)
+			p.abandonTurn(rl)
 			return nil, false, calls
 		}
-		res, encoded, err := p.handle(ctx, req)
+		res, encoded, err := p.handle(ctx, req, alone)
 		calls++
+		if errors.Is(err, errAloneWaitEnded) {
+			p.abandonTurn(rl) // revoked or shut down while it waited to run alone
+			return nil, false, calls
+		}
 		kind := turn.Classify(err)
 		aborted := err != nil && p.turns.Err() != nil // revoked or shut down mid-turn
-		if kind == turn.KindCanceled && !aborted {
+		if kind == turn.KindAbandoned && !aborted {
 			kind = turn.KindAttempt // the turn's own context ended (TurnContextFunc's deadline)
 		}
 		if m := c.meters; m != nil {
@@ -124,7 +128,7 @@ func (p *partition) run(ctx context.Context, r *record, span trace.Span) (*outbo
 			c.throttle.endProbe(probe)
 		}
 		if aborted {
-			p.giveUp(rl)
+			p.abandonTurn(rl)
 			return nil, false, calls // whatever the handler made of it
 		}
 		switch kind {
@@ -141,6 +145,12 @@ func (p *partition) run(ctx context.Context, r *record, span trace.Span) (*outbo
 			return p.deadLetter(r, &req, reason, err, attempts), true, calls
 		case turn.KindRateLimited:
 			c.stats.rateLimited.Add(1)
+			if limited++; limited >= c.cfg.MaxRateLimits {
+				// Always refused: no pause for it, and another turn may probe (G5).
+				c.throttle.endProbe(probe)
+				reason := fmt.Sprintf("rate limited %d times in this member (Config.MaxRateLimits); last error: %v", limited, err)
+				return p.deadLetter(r, &req, reason, err, failures), true, calls
+			}
 			d, _ := turn.RetryDelay(err)
 			if c.throttle.pause(d, probe) {
 				c.stats.pauses.Add(1)
@@ -153,10 +163,10 @@ func (p *partition) run(ctx context.Context, r *record, span trace.Span) (*outbo
 			d := bo.NextBackOff()
 			rl.get().Warn("turn hit an unavailable dependency; retrying, no attempt spent", "err", err, "retry_in", d.String())
 			if !sleep(p.waits, d) {
-				p.giveUp(rl)
+				p.abandonTurn(rl)
 				return nil, false, calls
 			}
-		case turn.KindAttempt, turn.KindCanceled:
+		case turn.KindAttempt, turn.KindAbandoned:
 			failures++
 			c.stats.retries.Add(1)
 			attempt := failures
@@ -171,21 +181,42 @@ func (p *partition) run(ctx context.Context, r *record, span trace.Span) (*outbo
 			d := bo.NextBackOff()
 			rl.get().Warn("turn attempt failed; retrying", "attempt", attempt, "err", err, "retry_in", d.String())
 			if !sleep(p.waits, d) {
-				p.giveUp(rl)
+				p.abandonTurn(rl)
 				return nil, false, calls
 			}
+		case turn.KindRunAlone:
+			// Its last attempt ended with a member while other turns ran: run it again with
+			// none beside it, so that only its own crash counts (turn.WithCrashIsolation).
+			alone = true
+			c.stats.alone.Add(1)
+			rl.get().Warn("request's last attempt ended with its member; running it alone", "err", err)
 		}
 	}
 }
 
-func (p *partition) giveUp(rl *recordLog) {
+// errAloneWaitEnded is handle's error when the partition closed while the turn waited to run
+// alone: the turn is abandoned, as one cancelled by the revoke.
+var errAloneWaitEnded = errors.New("consumer: stopped waiting to run alone")
+
+func (p *partition) abandonTurn(rl *recordLog) {
 	p.c.stats.abandoned.Add(1)
 	rl.get().Info("turn abandoned; the partition's next owner redoes it")
 }
 
-// handle calls the Handler with the optional TurnTimeout. It returns the Result's encoding
-// too when the Handler has it (the Runner's), else nil.
-func (p *partition) handle(ctx context.Context, req turn.Request) (*turn.Result, []byte, error) {
+// handle calls the Handler with the optional TurnTimeout, beside other turns or, when alone,
+// with no other turn of the member in a Handler call (soloGate). It returns the Result's
+// encoding too when the Handler has it (the Runner's), else nil.
+func (p *partition) handle(ctx context.Context, req turn.Request, alone bool) (*turn.Result, []byte, error) {
+	if alone {
+		leave, err := p.c.solo.alone(p.waits)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: %w", errAloneWaitEnded, err)
+		}
+		defer leave()
+		ctx = turn.WithCrashIsolation(ctx, true)
+	} else {
+		defer p.c.solo.shared()()
+	}
 	if d := p.c.cfg.TurnTimeout; d > 0 {
 		hctx, cancel := context.WithTimeoutCause(ctx, d, turn.ErrTurnTimeout)
 		defer cancel()
@@ -281,19 +312,26 @@ func (p *partition) deadLetter(r *record, req *turn.Request, reason string, caus
 	if req != nil {
 		ours = append(ours, header(HeaderRequestID, req.ID), header(HeaderConversationID, req.ConversationID))
 	}
-	headers := make([]sarama.RecordHeader, 0, len(msg.Headers)+len(ours))
-	for _, h := range msg.Headers { // keep the producer's headers, except those ours replace
-		if h != nil && !hasHeader(ours, string(h.Key)) {
-			headers = append(headers, *h)
-		}
-	}
 	ob := &outbound{p: p, r: r, kind: outDeadLetter, req: req, reason: reason, attempts: attempts,
 		partitions: p.c.partitions.Load()}
 	ob.pm = &sarama.ProducerMessage{
 		Topic: p.c.cfg.DeadLetterTopic, Key: sarama.ByteEncoder(msg.Key), Value: sarama.ByteEncoder(msg.Value),
-		Headers: append(headers, ours...), Metadata: ob,
+		Headers: deadLetterHeaders(msg.Headers, ours), Metadata: ob,
 	}
 	return ob
+}
+
+// deadLetterHeaders returns the headers of a dead letter: the record's own, in order, except
+// those named like one that turnstile sets on dead letters (a producer cannot forge a reason or
+// a note of what was dropped), then ours.
+func deadLetterHeaders(theirs []*sarama.RecordHeader, ours []sarama.RecordHeader) []sarama.RecordHeader {
+	headers := make([]sarama.RecordHeader, 0, len(theirs)+len(ours))
+	for _, h := range theirs {
+		if h != nil && !ourHeader(string(h.Key)) {
+			headers = append(headers, *h)
+		}
+	}
+	return append(headers, ours...)
 }
 
 // clip bounds a header value, so that a long error text cannot make a dead letter too large.
@@ -305,6 +343,12 @@ func clip(s string) string {
 	return strings.ToValidUTF8(s[:maxHeader], "") + "…"
 }
 
+func newBackoff(initial, maxInterval time.Duration) *backoff.ExponentialBackOff {
+	bo := &backoff.ExponentialBackOff{InitialInterval: initial, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: maxInterval}
+	bo.Reset()
+	return bo
+}
+
 func hasHeader(hs []sarama.RecordHeader, key string) bool {
 	for _, h := range hs {
 		if string(h.Key) == key {
@@ -312,10 +356,4 @@ func hasHeader(hs []sarama.RecordHeader, key string) bool {
 		}
 	}
 	return false
-}
-
-func newBackoff(initial, maxInterval time.Duration) *backoff.ExponentialBackOff {
-	bo := &backoff.ExponentialBackOff{InitialInterval: initial, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: maxInterval}
-	bo.Reset()
-	return bo
 }

@@ -25,6 +25,9 @@ type Stats struct {
 	// revoke and on shutdown), counted when sarama's Commit returned; a commit with nothing
 	// new to commit sends no request but counts.
 	Commits int64
+	// Alone counts the turns run with no other turn of the member in flight, because their
+	// request's last attempt ended with its member while others ran (turn.ErrRunAlone).
+	Alone int64
 	// Skipped counts records that could be neither served nor dead-lettered, even without
 	// their value; each was logged at error level with its location. It should stay 0.
 	Skipped int64
@@ -43,14 +46,14 @@ func (s Stats) Add(o Stats) Stats {
 		Retries: s.Retries + o.Retries, RateLimited: s.RateLimited + o.RateLimited,
 		Abandoned: s.Abandoned + o.Abandoned, LateDropped: s.LateDropped + o.LateDropped,
 		Pauses: s.Pauses + o.Pauses, Claims: s.Claims + o.Claims, Released: s.Released + o.Released,
-		Commits: s.Commits + o.Commits, Skipped: s.Skipped + o.Skipped,
+		Commits: s.Commits + o.Commits, Skipped: s.Skipped + o.Skipped, Alone: s.Alone + o.Alone,
 		PeakBuffered: max(s.PeakBuffered, o.PeakBuffered),
 	}
 }
 
 type counters struct {
 	records, turns, results, replayed, deadLetters, retries, rateLimited, abandoned, lateDropped,
-	pauses, claims, released, commits, skipped, peakBuffered atomic.Int64
+	pauses, claims, released, commits, skipped, alone, peakBuffered atomic.Int64
 }
 
 // peak raises peakBuffered to n if n is higher.
@@ -71,7 +74,7 @@ func (c *Consumer) Stats() Stats {
 		DeadLetters: s.deadLetters.Load(), Retries: s.retries.Load(), RateLimited: s.rateLimited.Load(),
 		Abandoned: s.abandoned.Load(), LateDropped: s.lateDropped.Load(),
 		Pauses: s.pauses.Load(), Claims: s.claims.Load(), Released: s.released.Load(),
-		Commits: s.commits.Load(), Skipped: s.skipped.Load(),
+		Commits: s.commits.Load(), Skipped: s.skipped.Load(), Alone: s.alone.Load(),
 		PeakBuffered: s.peakBuffered.Load(),
 	}
 }

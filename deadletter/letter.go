@@ -8,7 +8,11 @@
 // under its original key and headers; a dead letter whose value was dropped (too large for the
 // dead-letter topic: the consumer's value-dropped header) is re-driven from its source record,
 // read again by its offset. Re-driving is idempotent: a dead letter re-driven twice gives one
-// turn, because the second Redrive finds the entry no longer dead and publishes nothing.
+// turn. Of two Redrives of one dead letter, concurrent or not, only one makes the entry
+// runnable (inbox.Inbox.Redrive lets one win); the other publishes nothing once the request
+// began or finished, and otherwise (the first one's record not consumed yet, or a re-drive
+// that stopped before it published) publishes the request again, and the inbox runs whichever
+// copy comes first and answers the other from the stored result.
 //
 // The cmd/turnstile CLI's `dlq list`, `dlq show` and `dlq redrive` are these functions.
 package deadletter

@@ -43,10 +43,11 @@ func Read(ctx context.Context, client sarama.Client, topic string, f Filter) ([]
 			}
 			from, end = *f.Offset, *f.Offset+1
 		}
-		err = readRange(ctx, cons, topic, p, from, end, func(m *sarama.ConsumerMessage) {
+		err = readRange(ctx, cons, topic, p, from, end, func(m *sarama.ConsumerMessage) bool {
 			if l := Parse(m); f.Match(l) {
 				out = append(out, l)
 			}
+			return true
 		})
 		if err != nil {
 			return nil, err
@@ -61,8 +62,9 @@ func Read(ctx context.Context, client sarama.Client, topic string, f Filter) ([]
 	return out, nil
 }
 
-// readRange calls fn for each record of topic/p with from <= offset < end.
-func readRange(ctx context.Context, cons sarama.Consumer, topic string, p int32, from, end int64, fn func(*sarama.ConsumerMessage)) error {
+// readRange calls fn for each record of topic/p with from <= offset < end, until fn returns
+// false.
+func readRange(ctx context.Context, cons sarama.Consumer, topic string, p int32, from, end int64, fn func(*sarama.ConsumerMessage) bool) error {
 	if from >= end {
 		return nil
 	}
@@ -80,8 +82,7 @@ func readRange(ctx context.Context, cons sarama.Consumer, topic string, p int32,
 			if m.Offset >= end {
 				return nil
 			}
-			fn(m)
-			if m.Offset+1 >= end {
+			if !fn(m) || m.Offset+1 >= end {
 				return nil
 			}
 		case e, ok := <-pc.Errors():
@@ -118,10 +119,9 @@ func readSource(ctx context.Context, client sarama.Client, topic string, p int32
 	}
 	defer cons.Close()
 	var got *sarama.ConsumerMessage
-	err = readRange(ctx, cons, topic, p, offset, end, func(m *sarama.ConsumerMessage) {
-		if got == nil {
-			got = m
-		}
+	err = readRange(ctx, cons, topic, p, offset, end, func(m *sarama.ConsumerMessage) bool {
+		got = m // the first record at or after offset: the rest of the partition is not read
+		return false
 	})
 	if err != nil {
 		return nil, err

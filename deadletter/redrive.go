@@ -14,15 +14,17 @@ import (
 
 // Options configure Redrive.
 type Options struct {
-	// Client reaches the cluster; Redrive leaves it open. Its config must let a SyncProducer
-	// be built on it (Producer.Return.Successes = true); Redrive's producer is idempotent
-	// (Idempotent, RequiredAcks = WaitForAll, Net.MaxOpenRequests = 1), as the consumer's is.
-	// Required.
+	// Client reaches the cluster; Redrive leaves it open. Redrive reads with it and publishes
+	// through a producer of its own on the same brokers, built from a copy of its config and
+	// idempotent (Idempotent, RequiredAcks = WaitForAll, Net.MaxOpenRequests = 1), as the
+	// consumer's is. Required.
 	Client sarama.Client
 	// Inbox is the service's inbox (its Runner's). Required.
 	Inbox inbox.Inbox
 	// App is the service's Runner.App, which scopes inbox keys (turn.InboxKey); default
-	// turn.DefaultApp.
+	// turn.DefaultApp. Under another app Redrive finds no entry, publishes the request as new,
+	// and the service, which finds its entry still dead, dead-letters it again (see
+	// NoInboxEntry).
 	App string
 	// RequestsTopic, when set, is where requests are published again; default each dead
 	// letter's source topic.
@@ -73,9 +75,11 @@ type Outcome struct {
 // to the requests topic, on its source partition (so the conversation keeps its partition),
 // with its key, its own headers and HeaderRedrivenFrom. A dead letter without its value is
 // re-driven from its source record, read by its offset (ErrSourceGone when retention removed
-// it). A request whose entry is done or in progress is skipped: re-driving the same dead
+// it). A request whose entry is done, or in progress with an attempt begun, is skipped; one
+// re-driven and not begun yet is published again (Republished): re-driving the same dead
 // letter twice gives one turn. Outcomes come back in the order of letters, each with its own
-// error; Redrive's own error is for what stops it all (bad Options, the producer).
+// error; Redrive's own error is for what stops it all: bad Options, the producer, or ctx
+// ending, which returns the outcomes of the letters handled so far with ctx's error.
 func Redrive(ctx context.Context, opts Options, letters []Letter) ([]Outcome, error) {
 	switch {
 	case opts.Client == nil:
@@ -99,17 +103,30 @@ func Redrive(ctx context.Context, opts Options, letters []Letter) ([]Outcome, er
 		o := redriveOne(ctx, opts, producer, l)
 		log := opts.Logger.With("dead_letter", l.ID(), "request_id", l.RequestID, "conversation_id", l.ConversationID,
 			"topic", l.Source.Topic, "partition", l.Source.Partition, "offset", l.Source.Offset)
-		if o.Err != nil {
+		switch {
+		case o.Err != nil:
 			log.Error("dead letter not re-driven", "err", o.Err)
-		} else {
+		case NoInboxEntry(o):
+			log.Warn("dead letter re-driven, but the inbox has no entry for its request although it spent attempts: "+
+				"purged since, or Options.App is not the service's Runner.App (then the service dead-letters it again)",
+				"app", opts.App, "action", string(o.Action), "to_partition", o.Partition, "to_offset", o.Offset)
+		default:
 			log.Info("dead letter re-driven", "action", string(o.Action), "to_partition", o.Partition, "to_offset", o.Offset)
 		}
 		out = append(out, o)
-		if ctx.Err() != nil {
-			break
+		if ctx.Err() != nil && len(out) < len(letters) {
+			return out, fmt.Errorf("deadletter: stopped after %d of %d dead letters: %w", len(out), len(letters), ctx.Err())
 		}
 	}
 	return out, nil
+}
+
+// NoInboxEntry reports whether o published a request that spent attempts (so the inbox had
+// an entry for it) but whose entry Redrive did not find: the entry was purged since, and the
+// request runs as new, or Options.App is not the service's Runner.App, and the service finds
+// the entry still dead and dead-letters the request again.
+func NoInboxEntry(o Outcome) bool {
+	return o.Err == nil && o.Action == Redriven && o.Entry == nil && o.Letter.Attempts > 0 && o.Letter.RequestID != ""
 }
 
 func redriveOne(ctx context.Context, opts Options, producer sarama.SyncProducer, l Letter) Outcome {

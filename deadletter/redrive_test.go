@@ -3,7 +3,6 @@ package deadletter_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -36,6 +35,7 @@ var quiet = slog.New(slog.DiscardHandler)
 type service struct {
 	kc                     *turntest.Cluster
 	requests, results, dlq string
+	group                  string
 	inbox                  *sqlinbox.Inbox
 	fixed                  atomic.Bool
 	mu                     sync.Mutex
@@ -46,7 +46,7 @@ func newService(t *testing.T) *service {
 	t.Helper()
 	kc := turntest.NewCluster(t, turntest.Options{})
 	s := &service{kc: kc, requests: kc.CreateTopic(t, "requests", 3), results: kc.CreateTopic(t, "results", 3),
-		dlq: kc.Unique("dlq"), calls: map[string]int{}}
+		dlq: kc.Unique("dlq"), group: kc.Unique("svc"), calls: map[string]int{}}
 	// The dead-letter topic takes records of 4 KiB at most: a larger request is dead-lettered
 	// without its value.
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
@@ -72,7 +72,7 @@ func newService(t *testing.T) *service {
 		return turn.Output{Events: []session.Event{{Text: "answered " + in.Request.ID}}}, nil
 	})
 	r := &turn.Runner{Model: model, Sessions: session.NewMemoryStore(), Inbox: s.inbox, Logger: quiet}
-	c, err := consumer.New(consumer.Config{Brokers: kc.Brokers(), GroupID: kc.Unique("svc"), RequestsTopic: s.requests,
+	c, err := consumer.New(consumer.Config{Brokers: kc.Brokers(), GroupID: s.group, RequestsTopic: s.requests,
 		ResultsTopic: s.results, DeadLetterTopic: s.dlq, Sarama: kc.Config(), CommitInterval: 100 * time.Millisecond,
 		Logger: quiet}, consumer.RunnerHandler(r))
 	require.NoError(t, err)
@@ -83,10 +83,39 @@ func newService(t *testing.T) *service {
 	return s
 }
 
+// deadLettered produces a request the service's bug dead-letters, reads its dead letter, and
+// fixes the bug.
+func (s *service) deadLettered(t *testing.T, conversation, text string) (turn.Request, []deadletter.Letter) {
+	t.Helper()
+	req := turntest.NewRequest(conversation, "u-"+conversation, text)
+	s.kc.ProduceRequest(t, s.requests, req)
+	letters := s.kc.ReadDeadLetters(t, s.dlq, 1, wait)
+	s.fixed.Store(true)
+	return req, letters
+}
+
 func (s *service) callsOf(id string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.calls[id]
+}
+
+// drained waits until the service has committed every record of the requests topic.
+func (s *service) drained(t *testing.T) {
+	t.Helper()
+	client := s.client(t)
+	require.Eventually(t, func() bool {
+		parts, err := client.Partitions(s.requests)
+		require.NoError(t, err)
+		for _, p := range parts {
+			end, err := client.GetOffset(s.requests, p, sarama.OffsetNewest)
+			require.NoError(t, err)
+			if end > 0 && s.kc.CommittedOffset(t, s.group, s.requests, p) < end {
+				return false
+			}
+		}
+		return true
+	}, wait, 20*time.Millisecond, "the service did not commit the requests topic to its end")
 }
 
 func (s *service) client(t *testing.T) sarama.Client {
@@ -185,10 +214,7 @@ func TestRedriveFinishesAnInterruptedRedrive(t *testing.T) {
 	t.Parallel()
 	s := newService(t)
 	ctx := context.Background()
-	req := turntest.NewRequest("c-9", "u-9", "refund order A-9")
-	s.kc.ProduceRequest(t, s.requests, req)
-	letters := s.kc.ReadDeadLetters(t, s.dlq, 1, wait)
-	s.fixed.Store(true)
+	req, letters := s.deadLettered(t, "c-9", "refund order A-9")
 	// The first re-drive re-drove the inbox entry and died before publishing.
 	_, err := s.inbox.Redrive(ctx, turn.InboxKey(turn.DefaultApp, req), "interrupted")
 	require.NoError(t, err)
@@ -203,5 +229,120 @@ func TestRedriveFinishesAnInterruptedRedrive(t *testing.T) {
 	e, err := s.inbox.Get(ctx, turn.InboxKey(turn.DefaultApp, req))
 	require.NoError(t, err)
 	require.Len(t, e.Redrives, 1, "one re-drive in the audit")
-	require.Equal(t, fmt.Sprint(inbox.StatusDone), fmt.Sprint(e.Status))
+	require.Equal(t, inbox.StatusDone, e.Status)
+}
+
+// Two operators re-drive the same dead letter at once: one re-drive wins the inbox entry,
+// the other finds it re-driven (and publishes the request again, or skips it when it already
+// began), and the request runs once.
+func TestConcurrentRedrivesRunOnce(t *testing.T) {
+	t.Parallel()
+	s := newService(t)
+	ctx := context.Background()
+	req, letters := s.deadLettered(t, "c-5", "refund order A-5")
+
+	opts := deadletter.Options{Client: s.client(t), Inbox: s.inbox, Note: "bug 42 fixed", Logger: quiet}
+	var (
+		wg       sync.WaitGroup
+		outcomes [2][]deadletter.Outcome
+		errs     [2]error
+	)
+	start := make(chan struct{})
+	for i := range 2 {
+		wg.Go(func() {
+			<-start
+			outcomes[i], errs[i] = deadletter.Redrive(ctx, opts, letters)
+		})
+	}
+	close(start)
+	wg.Wait()
+	var actions []deadletter.Action
+	for i := range 2 {
+		require.NoError(t, errs[i])
+		require.Len(t, outcomes[i], 1)
+		require.NoError(t, outcomes[i][0].Err)
+		actions = append(actions, outcomes[i][0].Action)
+	}
+	won := 0
+	for _, a := range actions {
+		if a == deadletter.Redriven {
+			won++
+			continue
+		}
+		require.Contains(t, []deadletter.Action{deadletter.Republished, deadletter.SkippedRunning, deadletter.SkippedDone}, a)
+	}
+	require.Equal(t, 1, won, "one re-drive wins the inbox entry: %v", actions)
+
+	s.kc.ReadResults(t, s.results, 1, wait)
+	s.drained(t) // every copy published has been consumed and answered
+	require.Equal(t, 1, s.callsOf(req.ID), "the request ran once")
+	e, err := s.inbox.Get(ctx, turn.InboxKey(turn.DefaultApp, req))
+	require.NoError(t, err)
+	require.Equal(t, inbox.StatusDone, e.Status)
+	require.Len(t, e.Redrives, 1, "one re-drive in the audit")
+}
+
+// A re-drive under another app than the service's finds no inbox entry for a request that
+// spent attempts: it says so (NoInboxEntry, a warning), and the service, whose entry is still
+// dead, dead-letters the request again without running it.
+func TestRedriveUnderAnotherAppIsFlagged(t *testing.T) {
+	t.Parallel()
+	s := newService(t)
+	ctx := context.Background()
+	req, letters := s.deadLettered(t, "c-7", "refund order A-7")
+	require.Positive(t, letters[0].Attempts)
+
+	var logs strings.Builder
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(p)
+	}), nil))
+	outcomes, err := deadletter.Redrive(ctx, deadletter.Options{Client: s.client(t), Inbox: s.inbox, App: "another-app", Logger: logger}, letters)
+	require.NoError(t, err)
+	require.NoError(t, outcomes[0].Err)
+	require.True(t, deadletter.NoInboxEntry(outcomes[0]))
+	mu.Lock()
+	require.Contains(t, logs.String(), "Options.App is not the service's Runner.App")
+	mu.Unlock()
+
+	again := s.kc.ReadDeadLetters(t, s.dlq, 2, wait)
+	require.Equal(t, req.ID, again[len(again)-1].RequestID)
+	require.Zero(t, s.callsOf(req.ID), "the service did not run it: its entry is still dead")
+
+	// Under the service's app the same dead letter is re-driven for real.
+	outcomes, err = deadletter.Redrive(ctx, deadletter.Options{Client: s.client(t), Inbox: s.inbox, Logger: quiet}, letters[:1])
+	require.NoError(t, err)
+	require.False(t, deadletter.NoInboxEntry(outcomes[0]))
+	require.Equal(t, deadletter.Redriven, outcomes[0].Action)
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// A re-drive whose context ends stops, and says how far it got.
+func TestRedriveStopsWhenItsContextEnds(t *testing.T) {
+	t.Parallel()
+	kc := turntest.NewCluster(t, turntest.Options{})
+	requests := kc.CreateTopic(t, "requests", 1)
+	client, err := sarama.NewClient(kc.Brokers(), kc.Config())
+	require.NoError(t, err)
+	defer client.Close()
+	var letters []deadletter.Letter
+	for i := range 3 {
+		v, err := turntest.NewRequest("c", "u", "refund").Encode()
+		require.NoError(t, err)
+		letters = append(letters, deadletter.Letter{Topic: "dlq", Offset: int64(i), Value: v, Attempts: 1,
+			Source: turn.Source{Topic: requests, Offset: int64(i)}})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	outcomes, err := deadletter.Redrive(ctx, deadletter.Options{Client: client, Inbox: inbox.NewMemoryInbox(), Logger: quiet}, letters)
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorContains(t, err, "stopped after 1 of 3 dead letters")
+	require.Len(t, outcomes, 1)
+	require.Error(t, outcomes[0].Err)
+	require.Zero(t, kc.RecordCount(t, requests), "nothing published")
 }

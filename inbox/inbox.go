@@ -1,6 +1,7 @@
 // Package inbox defines the dedup table of turnstile: the Inbox interface, which records every
-// delivery of a request by request id, counts its attempts and keeps its outcome, and an
-// in-memory Inbox.
+// delivery of a request under its key (the request id scoped to its session, as
+// turn.Runner.InboxKey builds it), counts its attempts and keeps its outcome, and an in-memory
+// Inbox.
 //
 // Kafka delivers at least once: a record is read again after a crash or a rebalance whenever
 // its offset was not committed. The inbox turns that into effectively once (guarantee G3): a
@@ -21,11 +22,11 @@ import (
 
 // Sentinel errors an Inbox returns, matched with errors.Is. Implementations may wrap them.
 var (
-	// ErrNotFound: no entry for the request id.
+	// ErrNotFound: no entry under the key.
 	ErrNotFound = errors.New("inbox: not found")
 	// ErrDead: Complete on an entry that was dead-lettered; its result is not stored.
 	ErrDead = errors.New("inbox: request is dead-lettered")
-	// ErrInvalid: an argument breaks the contract (an empty request id).
+	// ErrInvalid: an argument breaks the contract (an empty key).
 	ErrInvalid = errors.New("inbox: invalid argument")
 	// ErrNotDead: Redrive on an entry that is not dead-lettered (in progress or done); it is
 	// left as it is.
@@ -64,9 +65,12 @@ func (s Status) String() string {
 	return fmt.Sprintf("Status(%d)", int(s))
 }
 
-// Delivery is one delivery of a request: its id and the record it came in.
+// Delivery is one delivery of a request: its inbox key and the record it came in.
 type Delivery struct {
-	RequestID    string
+	// Key identifies the request in the inbox: turn.Runner uses Runner.InboxKey, the request id
+	// scoped to its (app, user, conversation). Opaque to the Inbox; the SQL inbox stores it in
+	// its request_id column. (Named RequestID before; renamed because it is not the bare id.)
+	Key          string
 	Conversation string
 	// Topic, Partition and Offset locate the record, for operators; Offset is the record's own.
 	Topic     string
@@ -76,7 +80,8 @@ type Delivery struct {
 
 // Entry is the inbox's row for one request.
 type Entry struct {
-	RequestID    string
+	// Key is the Delivery.Key the entry was begun with.
+	Key          string
 	Conversation string
 	Status       Status
 	// Attempts counts the deliveries that began a turn, less the refunded ones (see Failure).
@@ -119,9 +124,10 @@ type Failure struct {
 	Refund bool
 }
 
-// Inbox records deliveries and outcomes by request id. The id is opaque to the Inbox: a caller
-// that serves several users scopes it, as turn.Runner does (Runner.InboxKey), so that a request
-// id copied from another user's result can neither replay nor complete that user's request.
+// Inbox records deliveries and outcomes by key. The key is opaque to the Inbox: a caller that
+// serves several users scopes the request id in it, as turn.Runner does (Runner.InboxKey), so
+// that a request id copied from another user's result can neither replay nor complete that
+// user's request.
 // Implementations are safe for concurrent use by many goroutines and processes; Begin in
 // particular is atomic, so two members that receive the same request during a rebalance both
 // count an attempt.
@@ -135,15 +141,15 @@ type Inbox interface {
 	// Errors: ErrInvalid.
 	Begin(ctx context.Context, d Delivery) (Entry, error)
 	// Complete marks the request done with its result. Completing a done entry is a no-op that
-	// keeps the first result, so one request id never has two results.
+	// keeps the first result, so one key never has two results.
 	// Errors: ErrNotFound, ErrDead, ErrInvalid.
-	Complete(ctx context.Context, requestID string, result []byte) error
+	Complete(ctx context.Context, key string, result []byte) error
 	// Fail records why an attempt failed and, with Refund, gives the attempt back (never below
 	// zero). It does nothing to a done or dead entry. Errors: ErrNotFound, ErrInvalid.
-	Fail(ctx context.Context, requestID string, f Failure) error
+	Fail(ctx context.Context, key string, f Failure) error
 	// MarkDead marks the request dead-lettered with the reason. A done entry stays done.
 	// Errors: ErrNotFound, ErrInvalid.
-	MarkDead(ctx context.Context, requestID, reason string) error
+	MarkDead(ctx context.Context, key, reason string) error
 	// Redrive makes a dead entry runnable again, for an operator who fixed what killed it: the
 	// entry becomes StatusInProgress with no attempts spent (the next Begin counts attempt 1
 	// of a fresh budget, and does not return StatusNew: an earlier delivery may have stored
@@ -151,9 +157,9 @@ type Inbox interface {
 	// Redrives with note and the time. The request runs once Kafka delivers it again. An entry
 	// that is not dead comes back unchanged with ErrNotDead, so of concurrent Redrives of one
 	// dead entry exactly one succeeds. Errors: ErrNotFound, ErrNotDead, ErrInvalid.
-	Redrive(ctx context.Context, requestID, note string) (Entry, error)
+	Redrive(ctx context.Context, key, note string) (Entry, error)
 	// Get returns the entry. Errors: ErrNotFound, ErrInvalid.
-	Get(ctx context.Context, requestID string) (Entry, error)
+	Get(ctx context.Context, key string) (Entry, error)
 	// Purge deletes done and dead entries last updated before the given time and returns how
 	// many it deleted; entries in progress stay whatever their age. A purged request that
 	// Kafka delivers again (a redelivery, a replayed or re-published record) runs again as new:

@@ -16,7 +16,7 @@ var _ Inbox = (*MemoryInbox)(nil)
 // process, so it only dedups within one process: use it for tests and demos. The zero value is
 // not usable; call NewMemoryInbox.
 //
-// Entries are spread over shards by a hash of the request id (hash/maphash), each with its own
+// Entries are spread over shards by a hash of the key (hash/maphash), each with its own
 // lock, so that concurrent turns of different requests do not queue on one mutex.
 type MemoryInbox struct {
 	shards [memShards]inboxShard
@@ -41,23 +41,23 @@ func NewMemoryInbox() *MemoryInbox {
 	return b
 }
 
-// shard returns the locked part that holds requestID, locked; unlock it when done.
-func (b *MemoryInbox) shard(requestID string) *inboxShard {
-	sh := &b.shards[maphash.String(b.seed, requestID)%memShards]
+// shard returns the locked part that holds key, locked; unlock it when done.
+func (b *MemoryInbox) shard(key string) *inboxShard {
+	sh := &b.shards[maphash.String(b.seed, key)%memShards]
 	sh.mu.Lock()
 	return sh
 }
 
-func (sh *inboxShard) entry(ctx context.Context, requestID string) (*Entry, error) {
+func (sh *inboxShard) entry(ctx context.Context, key string) (*Entry, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if requestID == "" {
-		return nil, fmt.Errorf("%w: empty request id", ErrInvalid)
+	if key == "" {
+		return nil, fmt.Errorf("%w: empty key", ErrInvalid)
 	}
-	e, ok := sh.entries[requestID]
+	e, ok := sh.entries[key]
 	if !ok {
-		return nil, fmt.Errorf("%w: request %s", ErrNotFound, requestID)
+		return nil, fmt.Errorf("%w: key %s", ErrNotFound, key)
 	}
 	return e, nil
 }
@@ -74,17 +74,17 @@ func (b *MemoryInbox) Begin(ctx context.Context, d Delivery) (Entry, error) {
 	if err := ctx.Err(); err != nil {
 		return Entry{}, err
 	}
-	if d.RequestID == "" {
-		return Entry{}, fmt.Errorf("%w: empty request id", ErrInvalid)
+	if d.Key == "" {
+		return Entry{}, fmt.Errorf("%w: empty key", ErrInvalid)
 	}
 	now := b.now().UTC()
-	sh := b.shard(d.RequestID)
+	sh := b.shard(d.Key)
 	defer sh.mu.Unlock()
-	e, seen := sh.entries[d.RequestID]
+	e, seen := sh.entries[d.Key]
 	switch {
 	case !seen:
-		e = &Entry{RequestID: d.RequestID, Conversation: d.Conversation, Status: StatusInProgress, CreatedAt: now}
-		sh.entries[d.RequestID] = e
+		e = &Entry{Key: d.Key, Conversation: d.Conversation, Status: StatusInProgress, CreatedAt: now}
+		sh.entries[d.Key] = e
 	case e.Status == StatusDone || e.Status == StatusDead:
 		return clone(e), nil
 	}
@@ -99,10 +99,10 @@ func (b *MemoryInbox) Begin(ctx context.Context, d Delivery) (Entry, error) {
 }
 
 // Complete implements Inbox.
-func (b *MemoryInbox) Complete(ctx context.Context, requestID string, result []byte) error {
-	sh := b.shard(requestID)
+func (b *MemoryInbox) Complete(ctx context.Context, key string, result []byte) error {
+	sh := b.shard(key)
 	defer sh.mu.Unlock()
-	e, err := sh.entry(ctx, requestID)
+	e, err := sh.entry(ctx, key)
 	if err != nil {
 		return err
 	}
@@ -110,17 +110,17 @@ func (b *MemoryInbox) Complete(ctx context.Context, requestID string, result []b
 	case StatusDone:
 		return nil
 	case StatusDead:
-		return fmt.Errorf("%w: request %s: %s", ErrDead, requestID, e.Reason)
+		return fmt.Errorf("%w: key %s: %s", ErrDead, key, e.Reason)
 	}
 	e.Status, e.Result, e.UpdatedAt = StatusDone, bytes.Clone(result), b.now().UTC()
 	return nil
 }
 
 // Fail implements Inbox.
-func (b *MemoryInbox) Fail(ctx context.Context, requestID string, f Failure) error {
-	sh := b.shard(requestID)
+func (b *MemoryInbox) Fail(ctx context.Context, key string, f Failure) error {
+	sh := b.shard(key)
 	defer sh.mu.Unlock()
-	e, err := sh.entry(ctx, requestID)
+	e, err := sh.entry(ctx, key)
 	if err != nil || e.Status == StatusDone || e.Status == StatusDead {
 		return err
 	}
@@ -132,10 +132,10 @@ func (b *MemoryInbox) Fail(ctx context.Context, requestID string, f Failure) err
 }
 
 // MarkDead implements Inbox.
-func (b *MemoryInbox) MarkDead(ctx context.Context, requestID, reason string) error {
-	sh := b.shard(requestID)
+func (b *MemoryInbox) MarkDead(ctx context.Context, key, reason string) error {
+	sh := b.shard(key)
 	defer sh.mu.Unlock()
-	e, err := sh.entry(ctx, requestID)
+	e, err := sh.entry(ctx, key)
 	if err != nil || e.Status == StatusDone {
 		return err
 	}
@@ -144,15 +144,15 @@ func (b *MemoryInbox) MarkDead(ctx context.Context, requestID, reason string) er
 }
 
 // Redrive implements Inbox.
-func (b *MemoryInbox) Redrive(ctx context.Context, requestID, note string) (Entry, error) {
-	sh := b.shard(requestID)
+func (b *MemoryInbox) Redrive(ctx context.Context, key, note string) (Entry, error) {
+	sh := b.shard(key)
 	defer sh.mu.Unlock()
-	e, err := sh.entry(ctx, requestID)
+	e, err := sh.entry(ctx, key)
 	if err != nil {
 		return Entry{}, err
 	}
 	if e.Status != StatusDead {
-		return clone(e), fmt.Errorf("%w: request %s is %s", ErrNotDead, requestID, e.Status)
+		return clone(e), fmt.Errorf("%w: key %s is %s", ErrNotDead, key, e.Status)
 	}
 	now := b.now().UTC()
 	e.Redrives = append(e.Redrives, RedriveAudit{Reason: e.Reason, Attempts: e.Attempts, Note: note, At: now})
@@ -161,10 +161,10 @@ func (b *MemoryInbox) Redrive(ctx context.Context, requestID, note string) (Entr
 }
 
 // Get implements Inbox.
-func (b *MemoryInbox) Get(ctx context.Context, requestID string) (Entry, error) {
-	sh := b.shard(requestID)
+func (b *MemoryInbox) Get(ctx context.Context, key string) (Entry, error) {
+	sh := b.shard(key)
 	defer sh.mu.Unlock()
-	e, err := sh.entry(ctx, requestID)
+	e, err := sh.entry(ctx, key)
 	if err != nil {
 		return Entry{}, err
 	}

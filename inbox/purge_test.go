@@ -17,7 +17,7 @@ func TestRunPurgeKeepsWhatIsYoungerThanTheHorizon(t *testing.T) {
 	ctx := context.Background()
 	ib := inbox.NewMemoryInbox()
 	finish := func(id string, dead bool) {
-		_, err := ib.Begin(ctx, inbox.Delivery{RequestID: id, Conversation: "c"})
+		_, err := ib.Begin(ctx, inbox.Delivery{Key: id, Conversation: "c"})
 		require.NoError(t, err)
 		if dead {
 			require.NoError(t, ib.MarkDead(ctx, id, "x"))
@@ -27,7 +27,7 @@ func TestRunPurgeKeepsWhatIsYoungerThanTheHorizon(t *testing.T) {
 	}
 	finish("old-done", false)
 	finish("old-dead", true)
-	_, err := ib.Begin(ctx, inbox.Delivery{RequestID: "old-running", Conversation: "c"})
+	_, err := ib.Begin(ctx, inbox.Delivery{Key: "old-running", Conversation: "c"})
 	require.NoError(t, err)
 	old, _ := ib.Get(ctx, "old-dead")
 	boundary := time.Now()
@@ -40,7 +40,11 @@ func TestRunPurgeKeepsWhatIsYoungerThanTheHorizon(t *testing.T) {
 	finish("young-dead", true)
 
 	const horizon = 24 * time.Hour
-	runs := make(chan int64, 100)
+	type run struct {
+		n   int64
+		err error
+	}
+	runs := make(chan run, 100)
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
@@ -48,11 +52,15 @@ func TestRunPurgeKeepsWhatIsYoungerThanTheHorizon(t *testing.T) {
 		done <- inbox.RunPurge(rctx, ib, inbox.PurgeSchedule{
 			Horizon: horizon, Every: time.Millisecond,
 			NowFunc:    func() time.Time { return boundary.Add(horizon) },
-			PurgedFunc: func(n int64, err error) { require.NoError(t, err); runs <- n },
+			PurgedFunc: func(n int64, err error) { runs <- run{n, err} }, // not require: another goroutine
 		})
 	}()
-	require.EqualValues(t, 2, <-runs, "the first run purges the two old finished entries")
-	require.EqualValues(t, 0, <-runs, "the next run finds nothing more")
+	first := <-runs
+	require.NoError(t, first.err)
+	require.EqualValues(t, 2, first.n, "the first run purges the two old finished entries")
+	next := <-runs
+	require.NoError(t, next.err)
+	require.EqualValues(t, 0, next.n, "the next run finds nothing more")
 	cancel()
 	require.NoError(t, <-done)
 

@@ -28,5 +28,5 @@ type TxCompleter interface {
 	// CompleteTx is Complete with its statements run on tx, a transaction on TxDB(): the entry
 	// becomes done when tx commits, and stays as it was when tx rolls back. Errors as
 	// Complete's: ErrNotFound, ErrDead, ErrInvalid; on any error the caller should roll tx back.
-	CompleteTx(ctx context.Context, tx SQLTx, requestID string, result []byte) error
+	CompleteTx(ctx context.Context, tx SQLTx, key string, result []byte) error
 }

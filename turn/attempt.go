@@ -4,7 +4,7 @@ import "fmt"
 
 // AttemptError is what Runner.Run returns for an attempt that ran and failed without
 // dead-lettering the request: a failed attempt the inbox counted (Classify: KindAttempt), or
-// one it gave back (KindRateLimited, KindUnavailable, KindCanceled). Classify sees through it
+// one it gave back (KindRateLimited, KindUnavailable, KindAbandoned). Classify sees through it
 // to Err. The Runner does not log it: the caller that decides what happens next (the
 // consumer's retry, the Temporal activity's) logs it once, with Attempt.
 type AttemptError struct {

@@ -37,12 +37,22 @@ const (
 	// KindUnavailable: an infrastructure failure (a store unreachable, a version conflict with
 	// another writer); retry after a backoff. No attempt was spent.
 	KindUnavailable
-	// KindCanceled: the caller's context ended (shutdown, revoked partition): ErrAbandoned.
+	// KindAbandoned: the caller's context ended (shutdown, revoked partition): ErrAbandoned.
 	// The turn was abandoned, not failed, and no attempt was spent. Do not commit the record.
-	KindCanceled
+	KindAbandoned
+	// KindRunAlone: ErrRunAlone. The request's last attempt ended with its process while
+	// other turns ran beside it; run it again with no other turn in flight in the process,
+	// passing WithCrashIsolation(ctx, true). No attempt was spent.
+	KindRunAlone
 )
 
-// String returns the kind's name in lower case.
+// KindCanceled is the former name of KindAbandoned.
+//
+// Deprecated: use KindAbandoned.
+const KindCanceled = KindAbandoned
+
+// String returns the kind's name in lower case: "none", "attempt", "permanent",
+// "rate_limited", "unavailable", "abandoned" or "run_alone".
 func (k Kind) String() string {
 	switch k {
 	case KindNone:
@@ -55,8 +65,10 @@ func (k Kind) String() string {
 		return "rate_limited"
 	case KindUnavailable:
 		return "unavailable"
-	case KindCanceled:
-		return "canceled"
+	case KindAbandoned:
+		return "abandoned"
+	case KindRunAlone:
+		return "run_alone"
 	}
 	return fmt.Sprintf("Kind(%d)", int(k))
 }
@@ -151,7 +163,7 @@ type retryable interface{ Retryable() bool }
 // Classify says what to do with an error from Runner.Run or a ModelClient. In order: nil is
 // KindNone; Permanent errors, *DeadLetterError, *DecodeError, session.ErrOwnerMismatch and
 // session.ErrInvalid are KindPermanent; RetryAfter errors are KindRateLimited; ErrTurnTimeout
-// is KindAttempt; ErrAbandoned is KindCanceled; errors with
+// is KindAttempt; ErrAbandoned is KindAbandoned; ErrRunAlone is KindRunAlone; errors with
 // a Retryable() bool method that returns true and session.ErrConflict are KindUnavailable;
 // anything else is KindAttempt.
 func Classify(err error) Kind {
@@ -174,7 +186,9 @@ func Classify(err error) Kind {
 	case errors.Is(err, ErrTurnTimeout):
 		return KindAttempt
 	case errors.Is(err, ErrAbandoned):
-		return KindCanceled
+		return KindAbandoned
+	case errors.Is(err, ErrRunAlone):
+		return KindRunAlone
 	case errors.As(err, &rt) && rt.Retryable(), errors.Is(err, session.ErrConflict):
 		return KindUnavailable
 	}

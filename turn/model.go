@@ -1,6 +1,7 @@
 package turn
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 
@@ -45,10 +46,18 @@ type Input struct {
 	Replay bool
 }
 
-// ToolKey returns the idempotency key of the side effect callID in this turn; see ToolKey
-// for a callID that stays the same when the turn runs again ("refund#1", not the provider's
-// tool-call id).
-func (in Input) ToolKey(callID string) string { return ToolKey(in.Request.ID, callID) }
+// ToolKey returns the idempotency key of the side effect callID in this turn, scoped to the
+// turn's session (App, UserID, ConversationID): SessionToolKey, version 2 of turnstile's tool
+// keys. A request id copied into another user's conversation gets other keys there (G7). See
+// ToolKey for a callID that stays the same when the turn runs again ("refund#1", not the
+// provider's tool-call id).
+func (in Input) ToolKey(callID string) string {
+	key := in.Session.Key
+	// The Runner's stores fill the key in; an Input built by hand may leave it empty.
+	key.App = cmp.Or(key.App, DefaultApp)
+	key.User, key.Conversation = in.Request.UserID, in.Request.ConversationID
+	return SessionToolKey(key, in.Request.ID, callID)
+}
 
 // Output is what a ModelClient returns for one turn.
 type Output struct {

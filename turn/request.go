@@ -4,11 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/google/uuid"
 )
 
@@ -38,8 +41,10 @@ const (
 type Request struct {
 	// Schema is the envelope version; it must be SchemaVersion.
 	Schema int `json:"schema"`
-	// ID is the request id, a UUID (any version but nil): the dedup key of the inbox and the
-	// root of the turn's tool idempotency keys.
+	// ID is the request id, a UUID (any version but nil) in its canonical text form, 36
+	// characters of lower-case hex and hyphens (RFC 9562 section 4); other spellings of a UUID
+	// are refused, so that one request cannot pass the inbox twice under two spellings. It is
+	// the dedup key of the inbox and the root of the turn's tool idempotency keys.
 	ID string `json:"request_id"`
 	// ConversationID is the conversation (and session) id; it must equal the record key.
 	ConversationID string `json:"conversation_id"`
@@ -142,32 +147,35 @@ func Decode(data []byte) (Request, error) { return Decoder{}.Decode(data) }
 // Decode parses data as a Request envelope and validates it. Every failure is a *DecodeError
 // naming the field and the problem; no input makes it panic. Unknown fields are ignored, so a
 // producer may add fields without a schema bump; a changed meaning needs a new Schema.
+//
+// Decoding is strict where a lenient reader would let two readers of one record disagree
+// (G7): a name that appears twice in an object (RFC 8259 section 4 leaves duplicates to the
+// reader; Go's encoding/json keeps the last, many others the first) and a name that differs
+// from one of the envelope's only in case ("USER_ID", which encoding/json would take for
+// "user_id") are errors, as are invalid UTF-8 and trailing data. It follows the semantics of
+// encoding/json/v2 (github.com/go-json-experiment/json, whose defaults reject duplicate names
+// and match names case-sensitively), plus the case-variant check.
 func (d Decoder) Decode(data []byte) (Request, error) {
 	if len(data) == 0 {
 		return Request{}, &DecodeError{Problem: "empty value"}
 	}
 	if !utf8.Valid(data) {
-		// encoding/json would silently turn invalid bytes into U+FFFD.
+		// Checked first so that the whole value is named, not the first bad string.
 		return Request{}, &DecodeError{Problem: "value is not valid UTF-8"}
 	}
 	if limit := d.maxText() + 64<<10 + MaxMetadataEntries*2*MaxMetadataValueBytes; len(data) > limit {
 		return Request{}, &DecodeError{Problem: fmt.Sprintf("value is %d bytes, over the limit of %d", len(data), limit)}
 	}
-	var req Request
-	if err := json.Unmarshal(data, &req); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) {
-			if typeErr.Field == "" {
-				return Request{}, &DecodeError{Problem: "value is not a JSON object", Err: err}
-			}
-			return Request{}, &DecodeError{Field: typeErr.Field, Problem: "wrong JSON type, want " + typeErr.Type.String(), Err: err}
-		}
-		var timeErr *time.ParseError
-		if errors.As(err, &timeErr) {
-			return Request{}, &DecodeError{Field: "created_at", Problem: "not an RFC 3339 time", Err: err}
-		}
-		return Request{}, &DecodeError{Problem: "malformed JSON", Err: err}
+	var w wireRequest
+	if err := jsonv2.Unmarshal(data, &w); err != nil {
+		return Request{}, decodeError(err)
 	}
+	for name := range w.Unknown {
+		if known, ok := caseVariant(name); ok {
+			return Request{}, &DecodeError{Field: name, Problem: fmt.Sprintf("differs from the envelope's %q only in case", known)}
+		}
+	}
+	req := w.Request
 	if err := d.Validate(req); err != nil {
 		return Request{}, err
 	}
@@ -175,6 +183,64 @@ func (d Decoder) Decode(data []byte) (Request, error) {
 		req.Metadata = nil // {} and absent mean the same
 	}
 	return req, nil
+}
+
+// wireRequest is what Decode unmarshals: the envelope, and the names it does not know, which
+// are kept only to find case variants of the names it does.
+type wireRequest struct {
+	Request
+	Unknown map[string]jsontext.Value `json:",embed"`
+}
+
+// requestNames are the JSON names of the Request envelope.
+var requestNames = []string{"schema", "request_id", "conversation_id", "user_id", "sequence", "text",
+	"reply_to", "metadata", "created_at"}
+
+// caseVariant returns the envelope's name that name equals but for case, if there is one.
+func caseVariant(name string) (string, bool) {
+	for _, known := range requestNames {
+		if strings.EqualFold(name, known) {
+			return known, true
+		}
+	}
+	return "", false
+}
+
+// decodeError turns an error of jsonv2.Unmarshal into a *DecodeError naming the field, taken
+// from the error's JSON pointer (RFC 6901): its first token is the envelope's field.
+func decodeError(err error) *DecodeError {
+	var (
+		semErr *jsonv2.SemanticError
+		synErr *jsontext.SyntacticError
+		ptr    jsontext.Pointer
+	)
+	switch {
+	case errors.As(err, &semErr):
+		ptr = semErr.JSONPointer
+	case errors.As(err, &synErr):
+		ptr = synErr.JSONPointer
+	}
+	field := ""
+	for tok := range ptr.Tokens() {
+		field = tok
+		break
+	}
+	if len(field) > 64 {
+		field = strings.ToValidUTF8(field[:64], "") + "…"
+	}
+	switch {
+	case errors.Is(err, jsontext.ErrDuplicateName):
+		return &DecodeError{Field: field, Problem: fmt.Sprintf("duplicate name %.80q", ptr.LastToken()), Err: err}
+	case synErr != nil:
+		return &DecodeError{Problem: "malformed JSON", Err: err}
+	case semErr != nil && field == "":
+		return &DecodeError{Problem: "value is not a JSON object", Err: err}
+	case semErr != nil && semErr.GoType == reflect.TypeFor[time.Time]():
+		return &DecodeError{Field: field, Problem: "not an RFC 3339 time", Err: err}
+	case semErr != nil && semErr.GoType != nil:
+		return &DecodeError{Field: field, Problem: "wrong JSON type, want " + semErr.GoType.String(), Err: err}
+	}
+	return &DecodeError{Field: field, Problem: "malformed JSON", Err: err}
 }
 
 // Validate checks a Request built in code against the rules Decode applies, returning a
@@ -195,6 +261,11 @@ func (d Decoder) Validate(req Request) error {
 	}
 	if id == uuid.Nil {
 		return &DecodeError{Field: "request_id", Problem: "the nil UUID is not an id"}
+	}
+	if canonical := id.String(); req.ID != canonical {
+		// uuid.Parse also takes upper case, braces, "urn:uuid:" and 32 bare hex digits: four
+		// more spellings of one id, which the inbox would take for four requests (G3).
+		return &DecodeError{Field: "request_id", Problem: fmt.Sprintf("not in the canonical form (RFC 9562 section 4: lower-case hex, 8-4-4-4-12); write it as %s", canonical)}
 	}
 	if err := checkID("conversation_id", req.ConversationID, true); err != nil {
 		return err

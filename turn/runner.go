@@ -1,6 +1,7 @@
 package turn
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -28,7 +29,7 @@ const (
 
 // Runner runs one turn idempotently: the same request run any number of times, on any
 // workers, after any crash, adds its turn to the session once and yields one Result.
-// See docs/DESIGN.md, "One turn, direct mode", for the steps and the crash table.
+// The package doc has the steps of a turn and where a crash can land.
 //
 // When Sessions implements session.TxAppender and Inbox implements inbox.TxCompleter on the
 // same *sql.DB (session/sqlsession and inbox/sqlinbox built on one *sql.DB do), the session
@@ -52,7 +53,8 @@ type Runner struct {
 	// HistoryLimit is how many recent events the model sees; default DefaultHistoryLimit.
 	HistoryLimit int
 	// MaxAttempts is how many attempts a request gets before it is dead-lettered, counting
-	// deliveries that crashed; default DefaultMaxAttempts.
+	// deliveries that crashed (under WithCrashIsolation, as the consumer runs it, only those
+	// that crashed while the request ran alone); default DefaultMaxAttempts.
 	MaxAttempts int
 	// Logger gets a line per failed or dead-lettered turn; default slog.Default().
 	Logger *slog.Logger
@@ -79,14 +81,14 @@ func (r *Runner) Validate() error {
 	return nil
 }
 
-func (r *Runner) app() string { return cmp(r.App, DefaultApp) }
+func (r *Runner) app() string { return cmp.Or(r.App, DefaultApp) }
 func (r *Runner) turnTimeout() time.Duration {
-	return cmp(r.TurnTimeout, DefaultTurnTimeout)
+	return cmp.Or(r.TurnTimeout, DefaultTurnTimeout)
 }
-func (r *Runner) historyLimit() int { return cmp(r.HistoryLimit, DefaultHistoryLimit) }
+func (r *Runner) historyLimit() int { return cmp.Or(r.HistoryLimit, DefaultHistoryLimit) }
 
 // Attempts returns the effective MaxAttempts.
-func (r *Runner) Attempts() int { return cmp(r.MaxAttempts, DefaultMaxAttempts) }
+func (r *Runner) Attempts() int { return cmp.Or(r.MaxAttempts, DefaultMaxAttempts) }
 func (r *Runner) logger() *slog.Logger {
 	if r.Logger != nil {
 		return r.Logger
@@ -98,15 +100,6 @@ func (r *Runner) now() time.Time {
 		return r.NowFunc()
 	}
 	return time.Now()
-}
-
-// cmp returns v, or def when v is the zero value.
-func cmp[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 // InboxKey returns the key under which req is recorded in the inbox: its request id scoped to
@@ -131,7 +124,9 @@ func (r *Runner) Key(req Request) session.Key {
 //
 // On error, Classify(err) says what to do: KindPermanent errors are *DeadLetterError (the
 // request is marked dead; publish it to the dead-letter topic), KindAttempt errors were
-// counted, KindRateLimited, KindUnavailable and KindCanceled were not. A request in the session
+// counted, KindRateLimited, KindUnavailable, KindAbandoned and KindRunAlone were not. Under
+// WithCrashIsolation a delivery whose last attempt crashed beside other turns returns
+// ErrRunAlone without running (see WithCrashIsolation). A request in the session
 // of another user fails with an error wrapping session.ErrOwnerMismatch and is dead-lettered
 // (G7). Run's errors wrap the store's and the model's, so errors.Is and errors.As see them.
 func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
@@ -153,11 +148,17 @@ func (r *Runner) RunEncoded(ctx context.Context, req Request) (Result, []byte, e
 	}
 	ikey := r.InboxKey(req)
 	entry, err := r.Inbox.Begin(ctx, inbox.Delivery{
-		RequestID: ikey, Conversation: req.ConversationID,
+		Key: ikey, Conversation: req.ConversationID,
 		Topic: req.Source.Topic, Partition: req.Source.Partition, Offset: req.Source.Offset,
 	})
 	if err != nil {
 		return Result{}, nil, abandonedIf(ctx, fmt.Errorf("turn %s: inbox begin: %w", req.ID, err))
+	}
+	attempts := entry.Attempts
+	if iso := isolationOf(ctx); iso != isolationNone && entry.Status == inbox.StatusInProgress {
+		if attempts, err = r.attribute(ctx, req, entry, iso); err != nil {
+			return Result{}, nil, err
+		}
 	}
 	switch {
 	case entry.Status == inbox.StatusDone:
@@ -169,21 +170,31 @@ func (r *Runner) RunEncoded(ctx context.Context, req Request) (Result, []byte, e
 		return res, nil, nil
 	case entry.Status == inbox.StatusDead:
 		return Result{}, nil, &DeadLetterError{RequestID: req.ID, Reason: entry.Reason, Attempts: entry.Attempts}
-	case entry.Attempts > r.Attempts():
+	case attempts > r.Attempts():
 		// The earlier deliveries crashed or failed without dead-lettering (G5: crash loops
-		// count). This one was counted by Begin but runs nothing.
-		reason := fmt.Sprintf("%d attempts exhausted", entry.Attempts-1)
-		if entry.Reason != "" {
-			reason += "; last error: " + entry.Reason
-		}
-		return Result{}, nil, r.deadLetter(ctx, req, entry.Attempts-1, reason, nil)
+		// count; with WithCrashIsolation, only crashes while alone). This one was counted by
+		// Begin but runs nothing.
+		return Result{}, nil, r.deadLetter(ctx, req, attempts-1, exhaustedReason(req.ID, attempts-1, entry), nil)
 	}
-	res, data, err := r.attempt(ctx, req, ikey, entry.Attempts, entry.Status == inbox.StatusNew)
+	res, data, err := r.attempt(ctx, req, ikey, attempts, entry.Status == inbox.StatusNew)
 	if err != nil {
-		return Result{}, nil, r.failed(ctx, req, entry.Attempts, err)
+		return Result{}, nil, r.failed(ctx, req, attempts, err)
 	}
-	res.Attempt = entry.Attempts
+	res.Attempt = attempts
 	return res, data, nil
+}
+
+// exhaustedReason is the dead-letter reason of a request whose n attempts ran out before this
+// delivery, the last of which left entry's reason.
+func exhaustedReason(id string, n int, entry inbox.Entry) string {
+	reason := fmt.Sprintf("%d attempts exhausted", n)
+	switch {
+	case lastAttemptEnd(id, entry) == endCrashedAlone:
+		reason += "; the last ran alone and ended with its process (a crash: killed, out of memory, a fault)"
+	case entry.Reason != "":
+		reason += "; last error: " + entry.Reason
+	}
+	return reason
 }
 
 // attempt runs the turn once under the whole-turn deadline.
@@ -236,7 +247,7 @@ func (r *Runner) runTurn(ctx context.Context, req Request, ikey string, attempt 
 	for i := range events {
 		e := &events[i]
 		e.ID, e.RequestID, e.Seq = eventID(req.ID, i), req.ID, 0
-		e.Author = cmp(e.Author, "assistant")
+		e.Author = cmp.Or(e.Author, "assistant")
 		if e.Time.IsZero() {
 			e.Time = now
 		}
@@ -414,7 +425,8 @@ func (r *Runner) result(req Request, stored []session.Event) (Result, []byte, er
 
 // failed records a failed attempt in the inbox and turns the error into what Run returns: a
 // *DeadLetterError, or an *AttemptError for the caller to log and retry. The Runner logs
-// neither: the caller owns the retry and the dead letter, and logs each once.
+// neither: the caller owns the retry and the dead letter, and logs each once. The reasons it
+// stores follow the marks lastAttemptEnd reads back (isolation.go).
 func (r *Runner) failed(ctx context.Context, req Request, attempts int, err error) error {
 	aerr := &AttemptError{RequestID: req.ID, Attempt: attempts, Err: err}
 	switch Classify(err) {
@@ -429,7 +441,7 @@ func (r *Runner) failed(ctx context.Context, req Request, attempts int, err erro
 		})
 	default: // not the request's fault: give the attempt back
 		r.bookkeep(ctx, req, func(ctx context.Context) error {
-			return r.Inbox.Fail(ctx, r.InboxKey(req), inbox.Failure{Reason: aerr.Error(), Refund: true})
+			return r.Inbox.Fail(ctx, r.InboxKey(req), inbox.Failure{Reason: attemptReason(req.ID, attempts, markRefund, err.Error()), Refund: true})
 		})
 	}
 	return aerr

@@ -20,7 +20,7 @@ import (
 // A model whose own HTTP client times out (http.Client.Timeout, a per-call
 // context.WithTimeout, a driver timeout) returns an error that matches
 // context.DeadlineExceeded while the caller's context is still live. Before the fix the Runner classified
-// it KindCanceled and refunded the attempt, so the request never reached the dead-letter
+// it KindAbandoned and refunded the attempt, so the request never reached the dead-letter
 // topic however often it was delivered (G5), and the consumer abandoned its lane (see
 // consumer/sad_test.go).
 func TestModelOwnTimeoutIsAnAttempt(t *testing.T) {
@@ -74,7 +74,7 @@ func TestEmptyStoredTurnIsAnErrorNotAPanic(t *testing.T) {
 	b := setup(t)
 	b.runner.Sessions = emptyFindTurn{b.sessions}
 	req := newRequest("c-empty-turn", "u-1", "hi")
-	_, err := b.inbox.Begin(context.Background(), inbox.Delivery{RequestID: b.runner.InboxKey(req)}) // an earlier delivery
+	_, err := b.inbox.Begin(context.Background(), inbox.Delivery{Key: b.runner.InboxKey(req)}) // an earlier delivery
 	require.NoError(t, err)
 	require.NotPanics(t, func() {
 		_, err = b.runner.Run(context.Background(), req)
@@ -90,7 +90,7 @@ func TestCrashLoopDeadLetterCountsRanAttempts(t *testing.T) {
 	ctx := context.Background()
 	req := newRequest("c-crashloop-count", "u-1", "kills the worker")
 	for range turn.DefaultMaxAttempts {
-		_, err := b.inbox.Begin(ctx, inbox.Delivery{RequestID: b.runner.InboxKey(req)})
+		_, err := b.inbox.Begin(ctx, inbox.Delivery{Key: b.runner.InboxKey(req)})
 		require.NoError(t, err)
 	}
 	_, err := b.runner.Run(ctx, req)
@@ -124,7 +124,8 @@ func TestModelPanicFailsTheAttempt(t *testing.T) {
 	b := setup(t)
 	b.runner.Model = turn.ModelFunc(func(context.Context, turn.Input) (turn.Output, error) {
 		var m map[string]int
-		m["boom"]++ // a nil map write: a bug in the host's model
+		//lint:ignore SA5000 the panic is the point: a nil map write, a bug in the host's model
+		m["boom"]++
 		return turn.Output{}, nil
 	})
 	req := newRequest("c-panic", "u-1", "hi")

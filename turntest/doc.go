@@ -18,13 +18,33 @@
 // conversation id, placed by murmur2 as a Java producer places it); [Cluster.ReadResults]
 // and [Cluster.ReadDeadLetters] read the consumer's output back, decoded.
 //
+// A host's test runs its own agent on the embedded broker with the consumer it ships:
+//
+//	kc := turntest.NewCluster(t, turntest.Options{})
+//	requests, results, dlq := kc.CreateTopic(t, "requests", 3), kc.CreateTopic(t, "results", 3), kc.CreateTopic(t, "dlq", 3)
+//	runner := &turn.Runner{Model: myModel{payments: turntest.NewEffects()}, Sessions: session.NewMemoryStore(), Inbox: inbox.NewMemoryInbox()}
+//	c, err := consumer.New(consumer.Config{Brokers: kc.Brokers(), GroupID: kc.Unique("svc"), RequestsTopic: requests,
+//		ResultsTopic: results, DeadLetterTopic: dlq, Sarama: kc.Config()}, consumer.RunnerHandler(runner))
+//	require.NoError(t, err)
+//	ctx, cancel := context.WithCancel(context.Background())
+//	done := make(chan error, 1)
+//	go func() { done <- c.Run(ctx) }()
+//	defer func() { cancel(); require.NoError(t, <-done) }()
+//
+//	kc.ProduceRequest(t, requests, turntest.NewRequest("c-1", "u-1", "where is my refund?"))
+//	got := kc.ReadResults(t, results, 1, time.Minute)
+//
 // # The crash harness
 //
 // [CheckCrashes] runs the host's turn.ModelClient through a turn.Runner on memory stores,
 // crashes the turn at each point of the crash table (docs/DESIGN.md), redelivers it, and fails
 // the test when a side effect the model performed through [Effects] happened more than once:
 // the host's duty under G3 is to key every side effect with turn.ToolKey from something stable
-// across re-runs.
+// across re-runs:
+//
+//	turntest.CheckCrashes(t, turntest.CrashConfig{
+//		NewModel: func(fx *turntest.Effects) turn.ModelClient { return myModel{payments: fx} },
+//	})
 //
 // The helpers that take a testing.TB fail the test (t.Fatalf) on error, so call them from the
 // test's own goroutine, never from a goroutine it started. A test that needs a service it

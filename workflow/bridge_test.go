@@ -36,7 +36,7 @@ func TestClassifyTemporal(t *testing.T) {
 	}
 	ended, cancel := context.WithCancel(ctx)
 	cancel()
-	require.Equal(t, turn.KindCanceled, turn.Classify(classifyTemporal(ended, errors.New("canceled"))))
+	require.Equal(t, turn.KindAbandoned, turn.Classify(classifyTemporal(ended, errors.New("canceled"))))
 }
 
 // A request too large for a signal is permanent (the consumer dead-letters it) and never

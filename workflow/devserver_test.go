@@ -204,9 +204,9 @@ func TestDevServerLargeContextSmallHistory(t *testing.T) {
 	require.GreaterOrEqual(t, contextSeen[19], 19*len(big), "the model saw the whole context from the session store")
 	mu.Unlock()
 
-	desc, err := s.client.DescribeWorkflowExecution(context.Background(), b.WorkflowID(conv), "")
+	desc, err := s.client.DescribeWorkflow(context.Background(), b.WorkflowID(conv), "")
 	require.NoError(t, err)
-	size := desc.WorkflowExecutionInfo.HistorySizeBytes
+	size := desc.RawResponse.GetWorkflowExecutionInfo().GetHistorySizeBytes()
 	t.Logf("history of 20 turns over %d MB of context: %d bytes", 20*len(big)>>20, size)
 	require.Less(t, size, int64(5<<20))
 	require.Less(t, size, int64(len(big)), "not even one context's worth of bytes in the history")
@@ -266,8 +266,8 @@ func TestDevServerIdleEndAndNewRun(t *testing.T) {
 	}
 	s.waitApplied(b, conv, 2)
 	require.Eventually(t, func() bool {
-		desc, err := s.client.DescribeWorkflowExecution(ctx, b.WorkflowID(conv), "")
-		return err == nil && desc.WorkflowExecutionInfo.Status == enums.WORKFLOW_EXECUTION_STATUS_COMPLETED
+		desc, err := s.client.DescribeWorkflow(ctx, b.WorkflowID(conv), "")
+		return err == nil && desc.RawResponse.GetWorkflowExecutionInfo().GetStatus() == enums.WORKFLOW_EXECUTION_STATUS_COMPLETED
 	}, wait, 50*time.Millisecond, "the idle run ends")
 	_, err := b.Handle(ctx, request(conv, 3, "after the pause"))
 	require.NoError(t, err)

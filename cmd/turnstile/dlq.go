@@ -73,27 +73,33 @@ func empty(f deadletter.Filter) bool {
 		f.Partition == nil && f.Offset == nil && f.Since.IsZero() && f.Until.IsZero()
 }
 
-// readLetters parses the dlq flags and reads the dead letters they select.
-func readLetters(ctx context.Context, f *flags, topic *string, filter func() deadletter.Filter, args []string) ([]deadletter.Letter, deadletter.Filter, func(), error) {
+// readLetters parses the dlq flags, checks them with check (nil: no check beyond --topic)
+// before it connects, and reads the dead letters they select.
+func readLetters(ctx context.Context, f *flags, topic *string, filter func() deadletter.Filter, check func(deadletter.Filter) error, args []string) ([]deadletter.Letter, func(), error) {
 	if err := f.parse(args); err != nil {
-		return nil, deadletter.Filter{}, nil, err
+		return nil, nil, err
 	}
 	if err := f.require("topic"); err != nil {
-		return nil, deadletter.Filter{}, nil, err
+		return nil, nil, err
+	}
+	fl := filter()
+	if check != nil {
+		if err := check(fl); err != nil {
+			return nil, nil, err
+		}
 	}
 	client, err := f.kafka()
 	if err != nil {
-		return nil, deadletter.Filter{}, nil, err
+		return nil, nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, *f.timeout)
 	defer cancel()
-	fl := filter()
 	letters, err := deadletter.Read(ctx, client, *topic, fl)
 	if err != nil {
 		client.Close()
-		return nil, fl, nil, err
+		return nil, nil, err
 	}
-	return letters, fl, func() { client.Close() }, nil
+	return letters, func() { client.Close() }, nil
 }
 
 // letterJSON is a dead letter as the CLI prints it.
@@ -165,7 +171,7 @@ func dlqList(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "dlq list", dlqListUsage).withKafka().withJSON()
 	topic := f.String("topic", "", "the dead-letter topic (required)")
 	filter := filterFlags(f)
-	letters, _, done, err := readLetters(ctx, f, topic, filter, args)
+	letters, done, err := readLetters(ctx, f, topic, filter, nil, args)
 	if err != nil {
 		return err
 	}
@@ -193,14 +199,16 @@ func dlqShow(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "dlq show", dlqShowUsage).withKafka().withJSON()
 	topic := f.String("topic", "", "the dead-letter topic (required)")
 	filter := filterFlags(f)
-	letters, fl, done, err := readLetters(ctx, f, topic, filter, args)
+	letters, done, err := readLetters(ctx, f, topic, filter, func(fl deadletter.Filter) error {
+		if fl.RequestID == "" && (fl.Partition == nil || fl.Offset == nil) {
+			return usagef("give --request-id, or --partition and --offset")
+		}
+		return nil
+	}, args)
 	if err != nil {
 		return err
 	}
 	defer done()
-	if fl.RequestID == "" && (fl.Partition == nil || fl.Offset == nil) {
-		return usagef("give --request-id, or --partition and --offset")
-	}
 	if len(letters) == 0 {
 		return fmt.Errorf("%w: no dead letter matches", errNotFound)
 	}
@@ -245,14 +253,19 @@ func dlqRedrive(ctx context.Context, e *env, args []string) error {
 	all := f.Bool("all", false, "re-drive every dead letter of the topic (without a filter)")
 	dry := f.Bool("dry-run", false, "list what would be re-driven and change nothing")
 	filter := filterFlags(f)
-	letters, fl, done, err := readLetters(ctx, f, topic, filter, args)
+	letters, done, err := readLetters(ctx, f, topic, filter, func(fl deadletter.Filter) error {
+		switch {
+		case empty(fl) && !*all:
+			return usagef("give a filter (--request-id, --reason, ...) or --all")
+		case *f.db == "" && !*dry:
+			return usagef("--db (or TURNSTILE_DB) is required: the inbox entries are re-driven there")
+		}
+		return nil
+	}, args)
 	if err != nil {
 		return err
 	}
 	defer done()
-	if empty(fl) && !*all {
-		return usagef("give a filter (--request-id, --reason, ...) or --all")
-	}
 	if *dry {
 		for _, l := range letters {
 			fmt.Fprintf(e.stdout, "would re-drive %s (request %s, source %s): %s\n", l.ID(), l.RequestID, source(l), clipText(l.Reason, 100))
@@ -272,10 +285,10 @@ func dlqRedrive(ctx context.Context, e *env, args []string) error {
 	defer client.Close()
 	rctx, cancel := context.WithTimeout(ctx, *f.timeout)
 	defer cancel()
-	outcomes, err := deadletter.Redrive(rctx, deadletter.Options{Client: client, Inbox: ib, App: *f.app,
+	outcomes, stopped := deadletter.Redrive(rctx, deadletter.Options{Client: client, Inbox: ib, App: *f.app,
 		RequestsTopic: *requests, Note: *note, Logger: discard}, letters)
-	if err != nil {
-		return err
+	if stopped != nil && len(outcomes) == 0 {
+		return stopped
 	}
 	type row struct {
 		ID        string `json:"id"`
@@ -310,7 +323,17 @@ func dlqRedrive(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 	}
-	if failed > 0 {
+	for _, o := range outcomes {
+		if deadletter.NoInboxEntry(o) {
+			fmt.Fprintf(e.stderr, "warning: %s: request %s spent attempts but has no inbox entry under --app %q: "+
+				"purged since (it runs as new), or the service's Runner.App is another (it is dead-lettered again)\n",
+				o.Letter.ID(), o.Letter.RequestID, *f.app)
+		}
+	}
+	switch {
+	case stopped != nil: // the rows above are what was done
+		return fmt.Errorf("%d of %d dead letters handled (%d not re-driven), then: %w", len(outcomes), len(letters), failed, stopped)
+	case failed > 0:
 		return fmt.Errorf("%d of %d dead letters not re-driven", failed, len(outcomes))
 	}
 	return nil

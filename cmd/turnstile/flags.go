@@ -72,11 +72,17 @@ func (f *flags) withJSON() *flags {
 	return f
 }
 
-// parse parses args; --help prints the usage and returns errHelp. Positional arguments are
-// refused.
+// parse parses args; --help prints the usage and returns errHelp. A bad flag is a usage error
+// of one line (the flag package would print the whole usage with it). Positional arguments
+// are refused.
 func (f *flags) parse(args []string) error {
-	if err := f.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) { // Parse printed the usage
+	usage := f.Usage
+	f.Usage = func() {}
+	err := f.Parse(args)
+	f.Usage = usage
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			usage()
 			return errHelp
 		}
 		return usageError{err.Error()}

@@ -132,7 +132,7 @@ func replayCmd(ctx context.Context, e *env, args []string) error {
 	to := f.String("to", "", "the sandbox requests topic to copy into (required)")
 	var since timeFlag
 	f.Var(&since, "from-time", "start each partition at its first record at or after this time (RFC 3339, or a duration ago: 24h)")
-	fromOffset := f.Int64("from-offset", -1, "start each partition at this offset (default: its oldest record)")
+	fromOffset := f.Int64("from-offset", -1, "start each partition at this offset (-1: its oldest record)")
 	conv := f.String("conversation", "", "copy only the records of this conversation (record key)")
 	var production stringList
 	f.Var(&production, "production-topic", "a production topic the copy must never write to (repeatable)")

@@ -33,6 +33,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -123,6 +124,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	cmd, rest, ok := find(args)
 	if !ok {
+		if subs := subcommands(args[0]); len(subs) > 0 && (len(args) == 1 || strings.HasPrefix(args[1], "-")) {
+			fmt.Fprintf(stderr, "turnstile %s: give a subcommand: %s\nRun 'turnstile %s %s --help' for its flags.\n",
+				args[0], strings.Join(subs, ", "), args[0], subs[0])
+			return exitUsage
+		}
 		fmt.Fprintf(stderr, "turnstile: unknown command %q\n\n%s", joinWords(args), topUsage)
 		return exitUsage
 	}
@@ -156,6 +162,17 @@ func find(args []string) (command, []string, bool) {
 		}
 	}
 	return command{}, nil, false
+}
+
+// subcommands returns the subcommands of the command word, in the order of commands.
+func subcommands(word string) []string {
+	var out []string
+	for _, c := range commands {
+		if w, sub, ok := strings.Cut(c.name, " "); ok && w == word {
+			out = append(out, sub)
+		}
+	}
+	return out
 }
 
 func joinWords(args []string) string {

@@ -280,6 +280,12 @@ func testCommands(t *testing.T, d database) {
 	code, _, _ = cli(t, append([]string{"inbox", "get", "--request-id=" + good.ID, "--user=u-2", "--conversation=c-2"}, dbFlags...)...)
 	require.Equal(t, exitNotFound, code)
 	require.Contains(t, ok(t, append([]string{"session", "delete", "--idle-for=1ns"}, dbFlags...)...), "deleted 1 sessions")
+
+	// A dead letter whose inbox entry is gone (purged above, or another --app) is re-driven
+	// with a warning that says why it may come back.
+	code, _, errOut = cli(t, append([]string{"dlq", "redrive", brokers, "--topic=" + s.dlq, "--request-id=" + bad.ID}, dbFlags...)...)
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, errOut, "has no inbox entry under --app")
 }
 
 // listed0 returns the first dead letter of topic, through the CLI.
@@ -309,9 +315,33 @@ func TestUsageAndFailures(t *testing.T) {
 	code, _, errOut := cli(t, "dlq", "frobnicate")
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, errOut, `unknown command "dlq frobnicate"`)
+	code, _, errOut = cli(t, "dlq")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "give a subcommand: list, show, redrive")
 	code, _, errOut = cli(t, "dlq", "list", "--topic=x")
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, errOut, "--brokers (or TURNSTILE_BROKERS) is required")
+	code, out, errOut = cli(t, "dlq", "list", "--topic=x", "--brokers=127.0.0.1:1", "--since=yesterday")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, `invalid value "yesterday" for flag -since`)
+	require.Empty(t, out, "a bad flag is one line on stderr, not the whole usage")
+	// Usage errors come before any connection: the broker here is unreachable.
+	lite := "--db=sqlite:" + filepath.Join(t.TempDir(), "x.db")
+	code, _, errOut = cli(t, "dlq", "redrive", "--topic=x", "--brokers=127.0.0.1:1", lite)
+	require.Equal(t, exitUsage, code, errOut)
+	require.Contains(t, errOut, "--all")
+	code, _, errOut = cli(t, "dlq", "redrive", "--topic=x", "--brokers=127.0.0.1:1", "--all")
+	require.Equal(t, exitUsage, code, errOut)
+	require.Contains(t, errOut, "--db (or TURNSTILE_DB) is required")
+	code, _, errOut = cli(t, "dlq", "show", "--topic=x", "--brokers=127.0.0.1:1")
+	require.Equal(t, exitUsage, code, errOut)
+	require.Contains(t, errOut, "--request-id, or --partition and --offset")
+	code, _, errOut = cli(t, "session", "delete", lite, "--idle-for=0s")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "--idle-for must be positive")
+	code, _, errOut = cli(t, "session", "delete", lite, "--idle-for=1h", "--user=u")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "not both")
 	code, _, errOut = cli(t, "lag", "--brokers=127.0.0.1:1", "--group=g", "--topic=t")
 	require.Equal(t, exitFailed, code)
 	require.Contains(t, errOut, "connect to Kafka at 127.0.0.1:1")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"text/tabwriter"
@@ -105,7 +106,7 @@ func inboxGet(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	j := entryJSON{Key: en.RequestID, Conversation: en.Conversation, Status: en.Status.String(), Attempts: en.Attempts,
+	j := entryJSON{Key: en.Key, Conversation: en.Conversation, Status: en.Status.String(), Attempts: en.Attempts,
 		Reason: en.Reason, Source: fmt.Sprintf("%s/%d/%d", en.Topic, en.Partition, en.Offset), CreatedAt: en.CreatedAt,
 		UpdatedAt: en.UpdatedAt, Redrives: en.Redrives}
 	if json.Valid(en.Result) {
@@ -200,10 +201,14 @@ func sessionDelete(ctx context.Context, e *env, args []string) error {
 	if err := f.parse(args); err != nil {
 		return err
 	}
+	idleSet := false
+	f.Visit(func(fl *flag.Flag) { idleSet = idleSet || fl.Name == "idle-for" })
 	switch {
-	case *idle < 0:
+	case idleSet && *idle <= 0:
 		return usagef("--idle-for must be positive")
-	case (*user == "") == (*idle == 0):
+	case *user != "" && idleSet:
+		return usagef("give --user (with or without --conversation) or --idle-for, not both")
+	case *user == "" && !idleSet:
 		return usagef("give --user (with or without --conversation), or --idle-for")
 	case *conv != "" && *user == "":
 		return usagef("--conversation needs --user")

@@ -166,7 +166,7 @@ func explain(err error, o options) error {
 	switch {
 	case errors.As(err, &decErr):
 		return fmt.Errorf("%w: %w", errUsage, decErr)
-	case turn.Classify(err) == turn.KindCanceled:
+	case turn.Classify(err) == turn.KindAbandoned:
 		return errors.New("interrupted")
 	case errors.Is(err, turn.ErrTurnTimeout):
 		return fmt.Errorf("no answer from %s within %s (raise -timeout): %w", o.baseURL, o.timeout, err)

@@ -7,44 +7,48 @@ import (
 	"slices"
 	"time"
 
+	"github.com/turnstile-go/turnstile/internal/demo"
 	"github.com/turnstile-go/turnstile/session"
 )
 
+// txnCheck is the name of the check of the transactional mode.
+const txnCheck = "0 repeated result records for a read_committed reader (transactional mode)"
+
 // check fills sum from what the watcher read and what the stores hold, and runs the checks.
 // The members must have stopped. Its error is for a store it cannot read.
-func check(ctx context.Context, sum *Summary, wl *workload, prod *producer, w *watcher, fl *fleet, st *stores) error {
-	w.close()
-	sum.Replayed = fl.stats().Replayed
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	sum.Results, sum.ResultRecords, sum.DeadLetters = len(w.results), w.resultRecords, w.deadRecords
+func check(ctx context.Context, sum *Summary, wl *workload, prod *producer, w *demo.Watcher, fl *fleet, st *stores) error {
+	w.Close()
+	sum.Replayed = fl.Stats().Replayed
+	results, deadLetters := w.Results(), w.DeadLetters()
+	resultRecords, badResults, deadRecords := w.Records()
+	sum.Results, sum.ResultRecords, sum.DeadLetters = len(results), resultRecords, deadRecords
 
 	lost, firstLost := 0, ""
 	latencies := make([]time.Duration, 0, len(wl.order))
 	for _, req := range wl.order {
-		a, ok := w.results[req.ID]
+		a, ok := results[req.ID]
 		if !ok {
 			if lost++; lost == 1 {
 				firstLost = fmt.Sprintf("; first: request %s of %s", req.ID, req.ConversationID)
-				if d, dead := w.dead[req.ID]; dead {
-					firstLost += fmt.Sprintf(", dead-lettered after %s attempts: %s", d.attempts, d.reason)
+				if d, dead := deadLetters[req.ID]; dead {
+					firstLost += fmt.Sprintf(", dead-lettered after %s attempts: %s", d.Attempts, d.Reason)
 				}
 			}
 			continue
 		}
 		if sent, ok := prod.sentTime(req.ID); ok {
-			latencies = append(latencies, a.at.Sub(sent))
+			latencies = append(latencies, a.At.Sub(sent))
 		}
 	}
 	sum.P50, sum.P99 = percentile(latencies, 50), percentile(latencies, 99)
-	sum.add(lost == 0, "0 lost: every request has a result",
+	sum.Checks.Add(lost == 0, "0 lost: every request has a result",
 		"%d of %d request ids on %s%s", len(wl.order)-lost, len(wl.order), ResultsTopic, firstLost)
 	if fl.transactional {
-		sum.add(sum.ResultRecords == sum.Results, "0 repeated result records for a read_committed reader (transactional mode)",
+		sum.Checks.Add(sum.ResultRecords == sum.Results, txnCheck,
 			"%d result records for %d request ids", sum.ResultRecords, sum.Results)
 	}
-	sum.add(w.badResults == 0, "every result record is a valid result envelope",
-		"%d of %d records on %s do not decode", w.badResults, w.resultRecords, ResultsTopic)
+	sum.Checks.Add(badResults == 0, "every result record is a valid result envelope",
+		"%d of %d records on %s do not decode", badResults, resultRecords, ResultsTopic)
 
 	var (
 		dupTurns, disordered, badReplies  int
@@ -86,28 +90,24 @@ func check(ctx context.Context, sum *Summary, wl *workload, prod *producer, w *w
 			if i > 0 {
 				prev = reqs[i-1].Text
 			}
-			a, ok := w.results[r.ID]
+			a, ok := results[r.ID]
 			if !ok {
 				continue // counted as lost
 			}
-			if expect := reply(conv, int64(i+1), prev); a.res.Text != expect {
+			if expect := reply(conv, int64(i+1), prev); a.Result.Text != expect {
 				if badReplies++; badReplies == 1 {
-					firstBad = fmt.Sprintf("; first: %q, want %q", a.res.Text, expect)
+					firstBad = fmt.Sprintf("; first: %q, want %q", a.Result.Text, expect)
 				}
 			}
 		}
 	}
-	sum.add(dupTurns == 0, "0 duplicate turns: every request is in its session history once",
+	sum.Checks.Add(dupTurns == 0, "0 duplicate turns: every request is in its session history once",
 		"%d turns in %d histories, %d requests more than once%s", sum.Turns, len(wl.convs), dupTurns, firstDup)
-	sum.add(disordered == 0, "each conversation's history is in order",
+	sum.Checks.Add(disordered == 0, "each conversation's history is in order",
 		"%d of %d conversations hold their messages in the order produced%s", len(wl.convs)-disordered, len(wl.convs), firstDisorder)
-	sum.add(badReplies == 0, "replies show earlier context",
+	sum.Checks.Add(badReplies == 0, "replies show earlier context",
 		"%d of %d replies quote their conversation's previous message%s", sum.Results-badReplies, sum.Results, firstBad)
 	return nil
-}
-
-func (s *Summary) add(ok bool, name, format string, args ...any) {
-	s.Checks = append(s.Checks, Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)})
 }
 
 // percentile returns the p-th percentile (nearest rank) of ds, sorting it; 0 for none.
@@ -138,17 +138,5 @@ func (s Summary) print(out io.Writer) {
 	if s.Rebalance != "" {
 		fmt.Fprintf(out, "  %s\n", s.Rebalance)
 	}
-	fmt.Fprintf(out, "\nchecks\n")
-	for _, c := range s.Checks {
-		mark := "PASS"
-		if !c.OK {
-			mark = "FAIL"
-		}
-		fmt.Fprintf(out, "  %s  %s (%s)\n", mark, c.Name, c.Detail)
-	}
-	if s.OK() {
-		fmt.Fprintf(out, "\nall checks passed\n")
-	} else {
-		fmt.Fprintf(out, "\nsome checks FAILED\n")
-	}
+	s.Checks.Print(out)
 }

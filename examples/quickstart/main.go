@@ -35,87 +35,10 @@
 //	                   results and offsets commit together; the results are read as
 //	                   read_committed and a repeated result record fails the run
 //
-// The logic lives in run (quickstart.go), which quickstart_test.go calls with a small workload.
+// The logic lives in run and the flags in command (quickstart.go); quickstart_test.go runs it
+// with a small workload.
 package main
 
-import (
-	"context"
-	"flag"
-	"fmt"
-	"io"
-	"log/slog"
-	"os"
-	"os/signal"
-	"strings"
-	"syscall"
-)
+import "os"
 
-func main() {
-	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
-}
-
-// realMain parses the flags, runs the quickstart until it finishes or a signal arrives and
-// returns the exit code: 0 when every check passed, 1 when one failed or the run broke off,
-// 2 for bad flags.
-func realMain(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("quickstart", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	cfg := Config{}
-	var brokers string
-	var verbose bool
-	fs.IntVar(&cfg.Requests, "requests", DefaultRequests, "requests to produce")
-	fs.IntVar(&cfg.Conversations, "conversations", DefaultConversations, "conversations the requests belong to")
-	fs.Float64Var(&cfg.Rate, "rate", DefaultRate, "requests produced per second; negative: as fast as possible")
-	fs.StringVar(&brokers, "brokers", "", "comma separated host:port of a real Kafka cluster (default: an embedded broker)")
-	fs.StringVar(&cfg.Postgres, "postgres", "", "PostgreSQL DSN for the session store and inbox (default: SQLite)")
-	fs.StringVar(&cfg.DBPath, "db", "", "SQLite database file (default: in a temporary directory)")
-	fs.BoolVar(&verbose, "v", false, "log the consumers' info lines")
-	fs.BoolVar(&cfg.Transactional, "transactional", false, "transactional mode: results and offsets commit together; the check reads results as read_committed and allows no repeated result record")
-	otelPath := fs.String("otel", "", "write OpenTelemetry traces and metrics as JSON to this file (- for stderr)")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "quickstart: unexpected arguments %q\n", fs.Args())
-		return 2
-	}
-	for b := range strings.SplitSeq(brokers, ",") {
-		if b = strings.TrimSpace(b); b != "" {
-			cfg.Brokers = append(cfg.Brokers, b)
-		}
-	}
-	level := slog.LevelWarn
-	if verbose {
-		level = slog.LevelInfo
-	}
-	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-
-	switch *otelPath {
-	case "":
-	case "-":
-		cfg.Telemetry = stderr
-	default:
-		f, err := os.Create(*otelPath)
-		if err != nil {
-			fmt.Fprintf(stderr, "quickstart: -otel: %v\n", err)
-			return 2
-		}
-		defer func() {
-			_ = f.Close()
-			fmt.Fprintf(stdout, "telemetry: spans and metrics of every member and the producer in %s (OpenTelemetry JSON)\n", *otelPath)
-		}()
-		cfg.Telemetry = f
-	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	sum, err := run(ctx, cfg, stdout, stderr)
-	if err != nil {
-		fmt.Fprintf(stderr, "quickstart: %v\n", err)
-		return 1
-	}
-	if !sum.OK() {
-		return 1
-	}
-	return 0
-}
+func main() { os.Exit(command().Main(os.Args[1:], os.Stdout, os.Stderr)) }

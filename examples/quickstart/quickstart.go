@@ -1,17 +1,23 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/IBM/sarama"
+
+	"github.com/turnstile-go/turnstile/internal/demo"
 	"github.com/turnstile-go/turnstile/turntest"
 )
 
@@ -70,24 +76,12 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	if c.Requests == 0 {
-		c.Requests = DefaultRequests
-	}
-	if c.Conversations == 0 {
-		c.Conversations = DefaultConversations
-	}
-	if c.ModelDelay == 0 {
-		c.ModelDelay = DefaultModelDelay
-	}
-	if c.Rate == 0 {
-		c.Rate = DefaultRate
-	}
-	if c.Timeout == 0 {
-		c.Timeout = DefaultTimeout
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	c.Requests = cmp.Or(c.Requests, DefaultRequests)
+	c.Conversations = cmp.Or(c.Conversations, DefaultConversations)
+	c.ModelDelay = cmp.Or(c.ModelDelay, DefaultModelDelay)
+	c.Rate = cmp.Or(c.Rate, DefaultRate)
+	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
 }
 
 func (c *Config) validate() error {
@@ -124,7 +118,7 @@ type Summary struct {
 	// Elapsed is the run's wall time, from the first request produced to the last outcome read.
 	Elapsed time.Duration
 	// Checks are the run's checks, in order.
-	Checks []Check
+	Checks demo.Checks
 }
 
 // DuplicatesSuppressed counts the redeliveries of requests that were done already, which the
@@ -134,24 +128,7 @@ type Summary struct {
 func (s Summary) DuplicatesSuppressed() int64 { return s.Replayed }
 
 // OK reports whether every check passed.
-func (s Summary) OK() bool {
-	for _, c := range s.Checks {
-		if !c.OK {
-			return false
-		}
-	}
-	return len(s.Checks) > 0
-}
-
-// Check is one PASS/FAIL line of the summary.
-type Check struct {
-	// Name says what was checked.
-	Name string
-	// OK is true when the check passed.
-	OK bool
-	// Detail gives the evidence: counts, or the first offender.
-	Detail string
-}
+func (s Summary) OK() bool { return s.Checks.OK() }
 
 // run is the quickstart: it sets up Kafka and the stores, runs the members, produces the
 // workload, waits for every outcome, checks them and prints the summary to stdout, with a
@@ -183,11 +160,16 @@ func run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (Summary, er
 			return Summary{}, err
 		}
 	}
-	w, err := newWatcher(brokers, cfg.Transactional)
+	// From the topics' current end: a real cluster keeps earlier runs' records.
+	wsc := saramaConfig()
+	if cfg.Transactional {
+		wsc.Consumer.IsolationLevel = sarama.ReadCommitted
+	}
+	w, err := demo.NewWatcher(brokers, wsc, ResultsTopic, DeadLetterTopic, sarama.OffsetNewest)
 	if err != nil {
 		return Summary{}, err
 	}
-	defer w.close()
+	defer w.Close()
 
 	wl := newWorkload(runID, cfg.Requests, cfg.Conversations)
 	model := &demoModel{delay: cfg.ModelDelay}
@@ -196,8 +178,8 @@ func run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (Summary, er
 		tel = newTelemetry(cfg.Telemetry)
 		defer func() { _ = tel.close(context.WithoutCancel(ctx)) }()
 	}
-	fleet := &fleet{brokers: brokers, group: group, stores: st, model: model, log: cfg.Logger, tel: tel, transactional: cfg.Transactional}
-	defer fleet.stopAll()
+	fleet := &fleet{Fleet: &demo.Fleet{Log: cfg.Logger}, brokers: brokers, group: group, stores: st, model: model, log: cfg.Logger, tel: tel, transactional: cfg.Transactional}
+	defer fleet.StopAll()
 	for range 2 {
 		if err := fleet.start(); err != nil {
 			return Summary{}, err
@@ -223,7 +205,7 @@ func run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (Summary, er
 	if err != nil {
 		return Summary{}, err
 	}
-	fleet.stopAll()
+	fleet.StopAll()
 
 	sum := Summary{
 		Requests: cfg.Requests, Conversations: cfg.Conversations, ModelCalls: model.calls.Load(),
@@ -239,7 +221,7 @@ func run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (Summary, er
 // wait watches the run until every request has an outcome, making the member change
 // halfway, and keeps the progress line up to date. It returns what the member change did.
 func wait(ctx context.Context, cfg Config, wl *workload, prod *producer, prodDone <-chan error,
-	w *watcher, fl *fleet, stderr io.Writer, start time.Time) (string, error) {
+	w *demo.Watcher, fl *fleet, stderr io.Writer, start time.Time) (string, error) {
 	pl := newProgressLine(stderr)
 	defer pl.finish()
 	deadline := time.NewTimer(cfg.Timeout)
@@ -255,10 +237,10 @@ func wait(ctx context.Context, cfg Config, wl *workload, prod *producer, prodDon
 	)
 	defer changing.Wait()
 	for {
-		if err := fl.failed(); err != nil {
+		if err := fl.Failed(); err != nil {
 			return "", err
 		}
-		results, dead := w.counts()
+		results, dead := w.Counts()
 		if !changed && results >= cfg.Requests/2 {
 			changed = true
 			changing.Go(func() {
@@ -270,7 +252,7 @@ func wait(ctx context.Context, cfg Config, wl *workload, prod *producer, prodDon
 			})
 		}
 		pl.show(fmt.Sprintf("produced %d/%d  results %d  dead letters %d  members %s  %.1fs",
-			prod.sent.Load(), cfg.Requests, results, dead, fl.describe(), time.Since(start).Seconds()))
+			prod.sent.Load(), cfg.Requests, results, dead, fl.Describe(), time.Since(start).Seconds()))
 		if results+dead >= cfg.Requests {
 			changing.Wait()
 			mu.Lock()
@@ -283,7 +265,7 @@ func wait(ctx context.Context, cfg Config, wl *workload, prod *producer, prodDon
 				return "", err
 			}
 			prodDone = nil
-		case <-w.changed:
+		case <-w.Changed():
 		case <-tick.C:
 		case <-deadline.C:
 			return "", fmt.Errorf("quickstart: %d of %d requests have an outcome after %s", results+dead, cfg.Requests, cfg.Timeout)
@@ -321,4 +303,49 @@ func startKafka(ctx context.Context, cfg Config) (brokers []string, where string
 		return nil, "", nil, err
 	}
 	return brokers, where, closeFn, nil
+}
+
+// command is the quickstart's command line: its flags set a Config for run.
+func command() demo.Command {
+	cfg := Config{}
+	var brokers, otelPath string
+	flags := func(fs *flag.FlagSet) {
+		fs.IntVar(&cfg.Requests, "requests", DefaultRequests, "requests to produce")
+		fs.IntVar(&cfg.Conversations, "conversations", DefaultConversations, "conversations the requests belong to")
+		fs.Float64Var(&cfg.Rate, "rate", DefaultRate, "requests produced per second; negative: as fast as possible")
+		fs.StringVar(&brokers, "brokers", "", "comma separated host:port of a real Kafka cluster (default: an embedded broker)")
+		fs.StringVar(&cfg.Postgres, "postgres", "", "PostgreSQL DSN for the session store and inbox (default: SQLite)")
+		fs.StringVar(&cfg.DBPath, "db", "", "SQLite database file (default: in a temporary directory)")
+		fs.BoolVar(&cfg.Transactional, "transactional", false, "transactional mode: results and offsets commit together; the check reads results as read_committed and allows no repeated result record")
+		fs.StringVar(&otelPath, "otel", "", "write OpenTelemetry traces and metrics as JSON to this file (- for stderr)")
+	}
+	return demo.Command{Name: "quickstart", Flags: flags, Run: func(ctx context.Context, verbose bool, stdout, stderr io.Writer) (bool, error) {
+		for b := range strings.SplitSeq(brokers, ",") {
+			if b = strings.TrimSpace(b); b != "" {
+				cfg.Brokers = append(cfg.Brokers, b)
+			}
+		}
+		level := slog.LevelWarn
+		if verbose {
+			level = slog.LevelInfo
+		}
+		cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+		switch otelPath {
+		case "":
+		case "-":
+			cfg.Telemetry = stderr
+		default:
+			f, err := os.Create(otelPath)
+			if err != nil {
+				return false, fmt.Errorf("-otel: %w", err)
+			}
+			defer func() {
+				_ = f.Close()
+				fmt.Fprintf(stdout, "telemetry: spans and metrics of every member and the producer in %s (OpenTelemetry JSON)\n", otelPath)
+			}()
+			cfg.Telemetry = f
+		}
+		sum, err := run(ctx, cfg, stdout, stderr)
+		return sum.OK(), err
+	}}
 }

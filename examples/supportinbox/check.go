@@ -8,17 +8,18 @@ import (
 	"strings"
 	"time"
 
+	"github.com/turnstile-go/turnstile/internal/demo"
 	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/turn"
 )
 
 // check fills rep from what the watcher read, the session store and the payment service hold,
 // and runs the checks. The members must have stopped and the watcher closed.
-func check(ctx context.Context, rep *Report, mb *mailbag, w *watcher, fl *fleet, ag *agent, pay *payments, sessions session.Store) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	rep.Replies, rep.ReplyRecords = len(w.replies), w.records
-	for _, d := range w.dead {
+func check(ctx context.Context, rep *Report, mb *mailbag, w *demo.Watcher, ag *agent, pay *payments, sessions session.Store) error {
+	replies, deadLetters := w.Results(), w.DeadLetters()
+	rep.Replies = len(replies)
+	rep.ReplyRecords, _, _ = w.Records()
+	for _, d := range deadLetters {
 		rep.DeadLetters = append(rep.DeadLetters, d)
 	}
 	refunds, calls := pay.issued()
@@ -41,7 +42,7 @@ func check(ctx context.Context, rep *Report, mb *mailbag, w *watcher, fl *fleet,
 			}
 		}
 		for _, e := range c.emails {
-			if _, ok := w.replies[e.ID]; !ok {
+			if _, ok := replies[e.ID]; !ok {
 				missing = append(missing, fmt.Sprintf("%s#%d", c.conv, e.Sequence))
 			}
 			if turns[e.ID] != 1 {
@@ -55,7 +56,7 @@ func check(ctx context.Context, rep *Report, mb *mailbag, w *watcher, fl *fleet,
 		}
 	}
 	emails := len(mb.order) - 1
-	rep.add(len(missing) == 0 && len(twice) == 0, "one reply per email",
+	rep.Checks.Add(len(missing) == 0 && len(twice) == 0, "one reply per email",
 		"%d of %d emails have a reply on %s, each in its conversation once; %d repeated result records dropped by request id%s",
 		emails-len(missing), emails, ResultsTopic, rep.ReplyRecords-rep.Replies, firstOf("missing", missing)+firstOf("duplicated", twice))
 
@@ -71,30 +72,31 @@ func check(ctx context.Context, rep *Report, mb *mailbag, w *watcher, fl *fleet,
 			continue
 		}
 		charged++
-		key := turn.ToolKey(c.emails[1].ID, "refund")
+		key := turn.SessionToolKey(session.Key{App: "support", User: c.user, Conversation: c.conv}, c.emails[1].ID, "refund")
 		if rs := byOrder[c.order]; len(rs) != 1 || rs[0].Key != key || rs[0].Cents != c.cents {
 			wrong = append(wrong, fmt.Sprintf("order %s: %d refunds %v", c.order, len(rs), rs))
 		}
 	}
-	victimKey := turn.ToolKey(mb.byConv[Protagonist].emails[1].ID, "refund")
-	rep.add(len(wrong) == 0 && rep.Refunds == charged, "each refund issued once",
+	prot := mb.byConv[Protagonist]
+	victimKey := turn.SessionToolKey(session.Key{App: "support", User: prot.user, Conversation: prot.conv}, prot.emails[1].ID, "refund")
+	rep.Checks.Add(len(wrong) == 0 && rep.Refunds == charged, "each refund issued once",
 		"%d refunds for %d double charges; %d refund requests, %d of them with %s's key%s",
 		rep.Refunds, charged, rep.RefundCalls, pay.callsFor(victimKey), Protagonist, firstOf("wrong", wrong))
 
 	// The poison: dead-lettered after three attempts with the reason, and nothing stalled behind it.
-	d, dead := w.dead[mb.poison.ID]
-	_, replied := w.replies[mb.poison.ID]
+	d, dead := deadLetters[mb.poison.ID]
+	_, replied := replies[mb.poison.ID]
 	poisonCalls := len(ag.callers(mb.poison.ID))
 	behind, answered := 0, 0
 	for _, e := range mb.order {
 		if e.ID != mb.poison.ID && mb.partition[e.ConversationID] == rep.Partition {
 			behind++
-			if _, ok := w.replies[e.ID]; ok {
+			if _, ok := replies[e.ID]; ok {
 				answered++
 			}
 		}
 	}
-	rep.add(dead && !replied && d.Attempts == "3" && poisonCalls == MaxAttempts && len(w.dead) == 1 &&
+	rep.Checks.Add(dead && !replied && d.Attempts == "3" && poisonCalls == MaxAttempts && len(deadLetters) == 1 &&
 		strings.Contains(d.Reason, "3 attempts exhausted") && strings.Contains(d.Reason, "context window") && answered == behind,
 		"the poison email is in the dead-letter topic after 3 attempts, with its reason",
 		"%s on %s: attempts=%s, reason=%q, %d bytes; the model was called %d times; %d of %d other emails of partition %d answered",
@@ -106,7 +108,8 @@ func check(ctx context.Context, rep *Report, mb *mailbag, w *watcher, fl *fleet,
 		if c.poison {
 			continue
 		}
-		res, ok := w.replies[c.emails[1].ID]
+		arrival, ok := replies[c.emails[1].ID]
+		res := arrival.Result
 		want := []string{fmt.Sprintf("%q", c.subject), c.order}
 		if c.issue == doubleCharge {
 			for _, r := range byOrder[c.order] {
@@ -117,15 +120,15 @@ func check(ctx context.Context, rep *Report, mb *mailbag, w *watcher, fl *fleet,
 			outOfContext = append(outOfContext, fmt.Sprintf("%s: %q lacks %q", c.conv, res.Text, want))
 		}
 	}
-	rep.add(len(outOfContext) == 0, "every second email is answered in the context of the first",
+	rep.Checks.Add(len(outOfContext) == 0, "every second email is answered in the context of the first",
 		"%d of %d replies to a second email quote the first email's subject and order%s",
 		mb.countCustomers()-len(outOfContext), mb.countCustomers(), firstOf("out of context", outOfContext))
 
 	// The turn the redeploy cut: run again by another member, one refund, one reply.
 	victim := mb.byConv[Protagonist].emails[1]
 	callers := ag.callers(victim.ID)
-	_, victimReplied := w.replies[victim.ID]
-	rep.add(rep.Redeploy != "" && len(callers) == 2 && callers[0] != callers[1] && victimReplied && pay.callsFor(victimKey) == 2,
+	_, victimReplied := replies[victim.ID]
+	rep.Checks.Add(rep.Redeploy != "" && len(callers) == 2 && callers[0] != callers[1] && victimReplied && pay.callsFor(victimKey) == 2,
 		"the turn cut by the redeploy ran again elsewhere, with one refund and one reply",
 		"%s's second email: model called by %v; refund tool called %d times with key %s; %d refund(s) for order %s",
 		Protagonist, callers, pay.callsFor(victimKey), victimKey, len(byOrder[mb.byConv[Protagonist].order]), mb.byConv[Protagonist].order)
@@ -140,10 +143,6 @@ func (mb *mailbag) countCustomers() int {
 		}
 	}
 	return n
-}
-
-func (r *Report) add(ok bool, name, format string, args ...any) {
-	r.Checks = append(r.Checks, Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)})
 }
 
 func containsAll(s string, subs []string) bool {
@@ -180,7 +179,7 @@ func (r Report) print(out io.Writer) {
 	}
 	fmt.Fprintf(out, "\ndead letters on %s:\n", DeadLetterTopic)
 	dl := slices.Clone(r.DeadLetters)
-	slices.SortFunc(dl, func(a, b deadLetter) int { return strings.Compare(a.RequestID, b.RequestID) })
+	slices.SortFunc(dl, func(a, b demo.DeadLetter) int { return strings.Compare(a.RequestID, b.RequestID) })
 	for _, d := range dl {
 		fmt.Fprintf(out, "  %s (request %s, from partition %s, %d bytes): attempts=%s reason=%q\n",
 			d.Conversation, d.RequestID, d.SourcePartition, d.ValueBytes, d.Attempts, oneLine(d.Reason, 200))
@@ -191,17 +190,5 @@ func (r Report) print(out io.Writer) {
 	if r.Redeploy != "" {
 		fmt.Fprintf(out, "  %s\n", r.Redeploy)
 	}
-	fmt.Fprintf(out, "\nchecks\n")
-	for _, c := range r.Checks {
-		mark := "PASS"
-		if !c.OK {
-			mark = "FAIL"
-		}
-		fmt.Fprintf(out, "  %s  %s (%s)\n", mark, c.Name, c.Detail)
-	}
-	if r.OK() {
-		fmt.Fprintln(out, "\nall checks passed")
-	} else {
-		fmt.Fprintln(out, "\nsome checks FAILED")
-	}
+	r.Checks.Print(out)
 }

@@ -5,14 +5,12 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/IBM/sarama"
 
-	"github.com/turnstile-go/turnstile/consumer"
+	"github.com/turnstile-go/turnstile/internal/demo"
 	"github.com/turnstile-go/turnstile/turn"
-	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // Topic names of the support inbox.
@@ -28,16 +26,11 @@ const (
 // default Decoder.MaxTextBytes is 1 MiB too. The example raises all four; see the package doc.
 const MaxRecordBytes = 8 << 20
 
-// saramaConfig is the base config of every client; clientID names the member in the group's
-// description, so the program can tell which member holds which partition.
+// saramaConfig is the base config of every client (demo.ClientConfig); clientID names the
+// member in the group's description, so the program can tell which member holds which
+// partition.
 func saramaConfig(clientID string) *sarama.Config {
-	sc := turntest.Config()
-	sc.ClientID = clientID
-	sc.Consumer.MaxWaitTime = 100 * time.Millisecond
-	sc.Consumer.Group.Session.Timeout = 10 * time.Second
-	sc.Consumer.Group.Heartbeat.Interval = 300 * time.Millisecond
-	sc.Consumer.Group.Rebalance.Timeout = 20 * time.Second
-	sc.Consumer.Group.Rebalance.Retry.Backoff = 100 * time.Millisecond
+	sc := demo.ClientConfig(clientID)
 	// The members publish the poison email to the dead-letter topic as it came: 6 MB.
 	sc.Producer.MaxMessageBytes = MaxRecordBytes
 	return sc
@@ -46,14 +39,7 @@ func saramaConfig(clientID string) *sarama.Config {
 // produce sends the emails in order, keyed by conversation and placed by murmur2, with an
 // idempotent producer whose records may be as large as MaxRecordBytes.
 func produce(brokers []string, emails []turn.Request) error {
-	sc := saramaConfig("support-mail-gateway")
-	sc.Producer.Idempotent = true
-	sc.Producer.RequiredAcks = sarama.WaitForAll
-	sc.Net.MaxOpenRequests = 1
-	sc.Producer.Retry.Max = 10
-	sc.Producer.Return.Successes = true
-	sc.Producer.Partitioner = sarama.NewMurmur2Partitioner
-	p, err := sarama.NewSyncProducer(brokers, sc)
+	p, err := sarama.NewSyncProducer(brokers, demo.RequestsProducer(saramaConfig("support-mail-gateway")))
 	if err != nil {
 		return fmt.Errorf("supportinbox: producer: %w", err)
 	}
@@ -72,117 +58,6 @@ func produce(brokers []string, emails []turn.Request) error {
 		return fmt.Errorf("supportinbox: produce emails: %w", err)
 	}
 	return nil
-}
-
-// watcher reads the results and dead-letter topics, as the service that sends the replies
-// and the operators' triage tool would.
-type watcher struct {
-	client   sarama.Client
-	consumer sarama.Consumer
-	pcs      []sarama.PartitionConsumer
-	wg       sync.WaitGroup
-	once     sync.Once
-
-	mu      sync.Mutex
-	replies map[string]turn.Result // request id -> the first result read
-	records int                    // result records, repeats included
-	dead    map[string]deadLetter  // request id -> its first dead letter
-}
-
-// deadLetter is a record of the dead-letter topic, as an operator sees it.
-type deadLetter struct {
-	RequestID, Conversation string
-	Reason, Error           string
-	Attempts                string
-	SourcePartition         string
-	ValueBytes              int
-}
-
-func newWatcher(brokers []string) (*watcher, error) {
-	sc := saramaConfig("support-watcher")
-	client, err := sarama.NewClient(brokers, sc)
-	if err != nil {
-		return nil, fmt.Errorf("supportinbox: connect: %w", err)
-	}
-	cons, err := sarama.NewConsumerFromClient(client)
-	if err != nil {
-		client.Close()
-		return nil, fmt.Errorf("supportinbox: consumer: %w", err)
-	}
-	w := &watcher{client: client, consumer: cons, replies: map[string]turn.Result{}, dead: map[string]deadLetter{}}
-	for _, topic := range []string{ResultsTopic, DeadLetterTopic} {
-		parts, err := client.Partitions(topic)
-		if err != nil {
-			w.close()
-			return nil, fmt.Errorf("supportinbox: partitions of %s: %w", topic, err)
-		}
-		for _, p := range parts {
-			pc, err := cons.ConsumePartition(topic, p, sarama.OffsetOldest)
-			if err != nil {
-				w.close()
-				return nil, fmt.Errorf("supportinbox: read %s/%d: %w", topic, p, err)
-			}
-			w.pcs = append(w.pcs, pc)
-			w.wg.Go(func() {
-				for m := range pc.Messages() {
-					w.record(m)
-				}
-			})
-			w.wg.Go(func() {
-				for range pc.Errors() { // a partition consumer retries by itself
-				}
-			})
-		}
-	}
-	return w, nil
-}
-
-func (w *watcher) record(m *sarama.ConsumerMessage) {
-	h := make(map[string]string, len(m.Headers))
-	for _, rh := range m.Headers {
-		if rh != nil {
-			h[string(rh.Key)] = string(rh.Value)
-		}
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	switch m.Topic {
-	case ResultsTopic:
-		w.records++
-		res, err := turn.DecodeResult(m.Value)
-		if err != nil {
-			return
-		}
-		if _, ok := w.replies[res.RequestID]; !ok {
-			w.replies[res.RequestID] = res
-		}
-	case DeadLetterTopic:
-		id := h[consumer.HeaderRequestID]
-		if _, ok := w.dead[id]; !ok {
-			w.dead[id] = deadLetter{
-				RequestID: id, Conversation: h[consumer.HeaderConversationID], Reason: h[consumer.HeaderReason],
-				Error: h[consumer.HeaderError], Attempts: h[consumer.HeaderAttempts],
-				SourcePartition: h[consumer.HeaderSourcePartition], ValueBytes: len(m.Value),
-			}
-		}
-	}
-}
-
-func (w *watcher) counts() (replies, dead int) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.replies), len(w.dead)
-}
-
-func (w *watcher) close() {
-	w.once.Do(func() {
-		for _, pc := range w.pcs {
-			pc.AsyncClose()
-		}
-		w.wg.Wait()
-		_ = w.consumer.Close()
-		_ = w.client.Close()
-	})
 }
 
 // assignment returns the group's members by client id with the partitions of topic each

@@ -19,7 +19,7 @@
 //     gives its turns a one-second shutdown timeout, cancels the rest, commits what finished
 //     and leaves the group; a replacement member starts. The partition's next owner reads the
 //     email again from the committed offset, the inbox shows it begun but not done, and the
-//     turn runs again. The refund tool passes turn.ToolKey(requestID, "refund") as the
+//     turn runs again. The refund tool passes in.ToolKey("refund") (turn.SessionToolKey) as the
 //     idempotency key, so the payment service returns the first refund instead of paying
 //     twice, and the customer gets one reply.
 //   - One email carries a 6 MB pasted log. The demo model's context window is 1 MiB, so
@@ -33,8 +33,8 @@
 // emails must: the broker's message.max.bytes and the requests and dead-letter topics'
 // max.message.bytes (8 MiB plus headroom), sarama's Producer.MaxMessageBytes (MaxRecordBytes)
 // for the mail gateway's producer and for the members' results and dead-letter producer (via
-// consumer.Config.Sarama), and turn.Decoder.MaxTextBytes in both consumer.Config.Decoder and
-// turn.Runner.Decoder. Compressing the producer's batches (Producer.Compression) would shrink
+// consumer.Config.Sarama), and the Runner's Decoder.MaxTextBytes (the consumer decodes with the
+// Runner's Decoder). Compressing the producer's batches (Producer.Compression) would shrink
 // what the broker stores, a log compresses well, but not what sarama checks against
 // Producer.MaxMessageBytes, which is the uncompressed size; and many hosts would rather store
 // such attachments elsewhere and send a link.
@@ -51,46 +51,29 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
+
+	"github.com/turnstile-go/turnstile/internal/demo"
 )
 
-func main() {
-	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
-}
+func main() { os.Exit(command().Main(os.Args[1:], os.Stdout, os.Stderr)) }
 
-// realMain parses the flags and runs the example; it returns the exit code: 0 when every
-// check passed, 1 when one failed or the run broke off, 2 for bad flags.
-func realMain(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("supportinbox", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// command is the example's command line.
+func command() demo.Command {
 	var cfg Config
-	var verbose bool
-	fs.IntVar(&cfg.Customers, "customers", DefaultCustomers, "customers who write twice")
-	fs.BoolVar(&verbose, "v", false, "log the members' info lines")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	return demo.Command{
+		Name: "supportinbox",
+		Flags: func(fs *flag.FlagSet) {
+			fs.IntVar(&cfg.Customers, "customers", DefaultCustomers, "customers who write twice")
+		},
+		Run: func(ctx context.Context, verbose bool, stdout, stderr io.Writer) (bool, error) {
+			if verbose { // the members are quiet otherwise
+				cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			}
+			rep, err := run(ctx, cfg, stdout)
+			return rep.OK(), err
+		},
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "supportinbox: unexpected arguments %q\n", fs.Args())
-		return 2
-	}
-	if verbose {
-		cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	rep, err := run(ctx, cfg, stdout)
-	if err != nil {
-		fmt.Fprintf(stderr, "supportinbox: %v\n", err)
-		return 1
-	}
-	if !rep.OK() {
-		return 1
-	}
-	return 0
 }

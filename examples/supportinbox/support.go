@@ -14,7 +14,9 @@ import (
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
+	"github.com/IBM/sarama"
 	"github.com/turnstile-go/turnstile/inbox/sqlinbox"
+	"github.com/turnstile-go/turnstile/internal/demo"
 	"github.com/turnstile-go/turnstile/session/sqlsession"
 	"github.com/turnstile-go/turnstile/turntest"
 )
@@ -89,7 +91,7 @@ type Report struct {
 	// it got, repeats included.
 	Refunds, RefundCalls int
 	// DeadLetters are the records on the dead-letter topic, one per request id.
-	DeadLetters []deadLetter
+	DeadLetters []demo.DeadLetter
 	// Protagonist's partition, and the story of the redeploy.
 	Partition int32
 	Redeploy  string
@@ -98,26 +100,11 @@ type Report struct {
 	// Elapsed is the wall time from the first email produced to the last outcome read.
 	Elapsed time.Duration
 	// Checks are the run's checks, in order.
-	Checks []Check
+	Checks demo.Checks
 }
 
 // OK reports whether every check passed.
-func (r Report) OK() bool {
-	for _, c := range r.Checks {
-		if !c.OK {
-			return false
-		}
-	}
-	return len(r.Checks) > 0
-}
-
-// Check is one PASS/FAIL line of the report.
-type Check struct {
-	// Name says what was checked; Detail gives the evidence.
-	Name, Detail string
-	// OK is true when the check passed.
-	OK bool
-}
+func (r Report) OK() bool { return r.Checks.OK() }
 
 // run plays the support inbox: it starts an embedded broker and the members, waits until they
 // share the partitions, delivers the emails, redeploys the member that is in the middle of
@@ -167,8 +154,8 @@ func run(ctx context.Context, cfg Config, out io.Writer) (Report, error) {
 	pay := newPayments()
 	victim := mb.byConv[Protagonist].emails[1]
 	ag := newAgent(pay, ContextWindow, victim.ID)
-	fl := &fleet{brokers: brokers, group: "support-agents", sessions: sessions, inbox: ib, agent: ag, log: cfg.Logger, members: map[string]*member{}}
-	defer fl.stopAll()
+	fl := &fleet{Fleet: &demo.Fleet{Log: cfg.Logger}, brokers: brokers, group: "support-agents", sessions: sessions, inbox: ib, agent: ag, log: cfg.Logger}
+	defer fl.StopAll()
 	fmt.Fprintf(out, "support inbox: %d customers write %d emails to %s (%d partitions); %d members in group %s\n",
 		cfg.Customers, rep.Emails, RequestsTopic, cfg.Partitions, cfg.Members, fl.group)
 	for range cfg.Members {
@@ -186,11 +173,11 @@ func run(ctx context.Context, cfg Config, out io.Writer) (Report, error) {
 	fmt.Fprintf(out, "%s hashes to partition %d; the poison email's conversation %s too, and arrives between its two emails\n",
 		Protagonist, rep.Partition, mb.poison.ConversationID)
 
-	w, err := newWatcher(brokers)
+	w, err := demo.NewWatcher(brokers, saramaConfig("support-watcher"), ResultsTopic, DeadLetterTopic, sarama.OffsetOldest)
 	if err != nil {
 		return rep, err
 	}
-	defer w.close()
+	defer w.Close()
 	start := time.Now()
 	if err := produce(brokers, mb.order); err != nil {
 		return rep, err
@@ -199,9 +186,9 @@ func run(ctx context.Context, cfg Config, out io.Writer) (Report, error) {
 		return rep, err
 	}
 	rep.Elapsed = time.Since(start)
-	fl.stopAll()
-	w.close()
-	if err := check(ctx, &rep, mb, w, fl, ag, pay, sessions); err != nil {
+	fl.StopAll()
+	w.Close()
+	if err := check(ctx, &rep, mb, w, ag, pay, sessions); err != nil {
 		return rep, err
 	}
 	rep.print(out)
@@ -210,7 +197,7 @@ func run(ctx context.Context, cfg Config, out io.Writer) (Report, error) {
 
 // waitOutcomes waits until every email has a reply or a dead letter, redeploying the member
 // that holds Protagonist's second turn when it reports in.
-func waitOutcomes(ctx context.Context, cfg Config, rep *Report, mb *mailbag, w *watcher, fl *fleet, ag *agent, pay *payments, out io.Writer) error {
+func waitOutcomes(ctx context.Context, cfg Config, rep *Report, mb *mailbag, w *demo.Watcher, fl *fleet, ag *agent, pay *payments, out io.Writer) error {
 	deadline := time.NewTimer(cfg.Timeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -218,10 +205,10 @@ func waitOutcomes(ctx context.Context, cfg Config, rep *Report, mb *mailbag, w *
 	redeployed := make(chan string, 1)
 	held := ag.held
 	for {
-		if err := fl.failed(); err != nil {
+		if err := fl.Failed(); err != nil {
 			return err
 		}
-		replies, dead := w.counts()
+		replies, dead := w.Counts()
 		if replies+dead >= len(mb.order) && held == nil && redeployed == nil {
 			return nil
 		}
@@ -248,7 +235,7 @@ func waitOutcomes(ctx context.Context, cfg Config, rep *Report, mb *mailbag, w *
 // in flight get the shutdown timeout, then are cancelled), and starts its replacement.
 func redeploy(fl *fleet, h heldTurn) string {
 	began := time.Now()
-	st := fl.stop(h.member)
+	st := fl.Stop(h.member)
 	name, err := fl.start()
 	if err != nil {
 		return fmt.Sprintf("redeploy: %s stopped, but its replacement failed to start: %v", h.member, err)

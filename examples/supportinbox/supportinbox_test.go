@@ -8,13 +8,12 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
+	"github.com/turnstile-go/turnstile/internal/demo/demotest"
 	"github.com/turnstile-go/turnstile/turn"
-	"github.com/turnstile-go/turnstile/turntest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, turntest.LeakOptions()...) }
+func TestMain(m *testing.M) { demotest.Main(m) }
 
 func TestSupportInbox(t *testing.T) {
 	t.Parallel()
@@ -25,19 +24,13 @@ func TestSupportInbox(t *testing.T) {
 	t.Logf("output:\n%s", &out)
 	require.NoError(t, err)
 
-	names := make([]string, 0, len(rep.Checks))
-	for _, c := range rep.Checks {
-		names = append(names, c.Name)
-		require.True(t, c.OK, "check %q failed: %s", c.Name, c.Detail)
-	}
-	require.Equal(t, []string{
+	demotest.RequireChecks(t, rep.Checks,
 		"one reply per email",
 		"each refund issued once",
 		"the poison email is in the dead-letter topic after 3 attempts, with its reason",
 		"every second email is answered in the context of the first",
 		"the turn cut by the redeploy ran again elsewhere, with one refund and one reply",
-	}, names)
-	require.True(t, rep.OK())
+	)
 	require.Equal(t, 2*24+1, rep.Emails)
 	require.Equal(t, 2*24, rep.Replies)
 	require.Equal(t, 12, rep.Refunds, "every other customer was charged twice")
@@ -106,7 +99,7 @@ func TestConfigValidate(t *testing.T) {
 		require.Error(t, cfg.validate(), "%+v", cfg)
 	}
 	var out, errOut bytes.Buffer
-	require.Equal(t, 2, realMain([]string{"-customers", "x"}, &out, &errOut))
-	require.Equal(t, 1, realMain([]string{"-customers", "-3"}, &out, &errOut))
+	require.Equal(t, 2, command().Main([]string{"-customers", "x"}, &out, &errOut))
+	require.Equal(t, 1, command().Main([]string{"-customers", "-3"}, &out, &errOut))
 	require.Contains(t, errOut.String(), "Customers")
 }

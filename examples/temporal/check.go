@@ -9,7 +9,7 @@ import (
 
 	"github.com/IBM/sarama"
 
-	"github.com/turnstile-go/turnstile/consumer"
+	"github.com/turnstile-go/turnstile/internal/demo"
 	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/turn"
 	"github.com/turnstile-go/turnstile/turntest"
@@ -38,73 +38,6 @@ func (s *syncMap) load(k string) (string, bool) {
 	return v, ok
 }
 
-// watcher reads the results topic from the start, counting records per request id.
-type watcher struct {
-	c       sarama.Consumer
-	mu      sync.Mutex
-	results map[string]int
-	records int
-	changed chan struct{}
-}
-
-func newWatcher(brokers []string) (*watcher, error) {
-	c, err := sarama.NewConsumer(brokers, turntest.Config())
-	if err != nil {
-		return nil, err
-	}
-	w := &watcher{c: c, results: map[string]int{}, changed: make(chan struct{}, 1)}
-	for p := range int32(Partitions) {
-		pc, err := c.ConsumePartition(ResultsTopic, p, sarama.OffsetOldest)
-		if err != nil {
-			c.Close()
-			return nil, err
-		}
-		go func() {
-			for m := range pc.Messages() {
-				for _, h := range m.Headers {
-					if string(h.Key) == consumer.HeaderRequestID {
-						w.mu.Lock()
-						w.results[string(h.Value)]++
-						w.records++
-						w.mu.Unlock()
-					}
-				}
-				select {
-				case w.changed <- struct{}{}:
-				default:
-				}
-			}
-		}()
-	}
-	return w, nil
-}
-
-func (w *watcher) close() { _ = w.c.Close() }
-
-func (w *watcher) counts() (distinct, records int) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.results), w.records
-}
-
-// waitFor waits until n distinct request ids have a result.
-func (w *watcher) waitFor(ctx context.Context, n int, timeout time.Duration) error {
-	deadline := time.After(timeout)
-	for {
-		if d, _ := w.counts(); d >= n {
-			return nil
-		}
-		select {
-		case <-w.changed:
-		case <-deadline:
-			d, _ := w.counts()
-			return fmt.Errorf("%d of %d requests have a result after %s", d, n, timeout)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
 // Summary is what a run saw and checked.
 type Summary struct {
 	Requests, Conversations int
@@ -119,45 +52,22 @@ type Summary struct {
 	// KilledRequest is the request whose turn the killed worker was running.
 	KilledRequest string
 	Elapsed       time.Duration
-	Checks        []Check
-}
-
-// Check is one PASS/FAIL line of the summary.
-type Check struct {
-	Name   string
-	OK     bool
-	Detail string
+	Checks        demo.Checks
 }
 
 // OK reports whether every check passed.
-func (s Summary) OK() bool {
-	for _, c := range s.Checks {
-		if !c.OK {
-			return false
-		}
-	}
-	return len(s.Checks) > 0
-}
-
-func (s *Summary) add(name string, ok bool, format string, args ...any) {
-	s.Checks = append(s.Checks, Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)})
-}
+func (s Summary) OK() bool { return s.Checks.OK() }
 
 func (s Summary) print(out io.Writer) {
 	fmt.Fprintf(out, "\nrequests %d over %d conversations in %.1fs: %d turns, %d model calls, %d results (%d records), %d refunds (%d tool calls)\n",
 		s.Requests, s.Conversations, s.Elapsed.Seconds(), s.Turns, s.ModelCalls, s.Results, s.ResultRecords, s.Refunds, s.RefundCalls)
-	for _, c := range s.Checks {
-		status := "PASS"
-		if !c.OK {
-			status = "FAIL"
-		}
-		fmt.Fprintf(out, "%s  %s: %s\n", status, c.Name, c.Detail)
-	}
+	s.Checks.Print(out)
 }
 
 // check fills in the summary's counts and checks.
-func check(ctx context.Context, sum *Summary, w *world, wl *workload, watch *watcher, model *demoModel) error {
-	sum.Results, sum.ResultRecords = watch.counts()
+func check(ctx context.Context, sum *Summary, w *world, wl *workload, watch *demo.Watcher, model *demoModel) error {
+	sum.Results, _ = watch.Counts()
+	sum.ResultRecords, _, _ = watch.Records()
 	sum.ModelCalls = model.calls.Load()
 	ordered, badReply, missingTrace, behind := 0, "", 0, ""
 	for _, conv := range wl.convs {
@@ -202,14 +112,14 @@ func check(ctx context.Context, sum *Summary, w *world, wl *workload, watch *wat
 	killedTurn, err := w.st.sessions.FindTurn(ctx, keyOf(wl, sum.KilledRequest), sum.KilledRequest)
 	committed, end, err2 := offsets(w.brokers)
 
-	sum.add("every request applied once", sum.Turns == sum.Requests, "%d turns for %d requests", sum.Turns, sum.Requests)
-	sum.add("in order, with context", ordered == sum.Conversations, "%d of %d conversations hold every turn in sequence order with the expected replies%s", ordered, sum.Conversations, badReply)
-	sum.add("workflows applied up to their last sequence", behind == "", "lastAppliedSequence of every conversation's workflow equals its last request's sequence%s", behind)
-	sum.add("one result per request", sum.Results == sum.Requests, "%d distinct request ids on %s, %d records", sum.Results, ResultsTopic, sum.ResultRecords)
-	sum.add("the killed worker's turn finished elsewhere", err == nil && len(killedTurn) == 2, "request %s: its turn is in the session once (%d events, err %v)", sum.KilledRequest, len(killedTurn), err)
-	sum.add("refunds once per request", sum.Refunds == sum.Requests && sum.RefundCalls > sum.Requests, "%d refunds for %d requests, %d tool calls", sum.Refunds, sum.Requests, sum.RefundCalls)
-	sum.add("traceparent reached the model", missingTrace == 0 && model.traces.size() > 0, "%d requests whose turn saw no traceparent or another than produced", missingTrace)
-	sum.add("offsets committed to the end", err2 == nil && committed == end, "%d of %d records (err %v)", committed, end, err2)
+	sum.Checks.Add(sum.Turns == sum.Requests, "every request applied once", "%d turns for %d requests", sum.Turns, sum.Requests)
+	sum.Checks.Add(ordered == sum.Conversations, "in order, with context", "%d of %d conversations hold every turn in sequence order with the expected replies%s", ordered, sum.Conversations, badReply)
+	sum.Checks.Add(behind == "", "workflows applied up to their last sequence", "lastAppliedSequence of every conversation's workflow equals its last request's sequence%s", behind)
+	sum.Checks.Add(sum.Results == sum.Requests, "one result per request", "%d distinct request ids on %s, %d records", sum.Results, ResultsTopic, sum.ResultRecords)
+	sum.Checks.Add(err == nil && len(killedTurn) == 2, "the killed worker's turn finished elsewhere", "request %s: its turn is in the session once (%d events, err %v)", sum.KilledRequest, len(killedTurn), err)
+	sum.Checks.Add(sum.Refunds == sum.Requests && sum.RefundCalls > sum.Requests, "refunds once per request", "%d refunds for %d requests, %d tool calls", sum.Refunds, sum.Requests, sum.RefundCalls)
+	sum.Checks.Add(missingTrace == 0 && model.traces.size() > 0, "traceparent reached the model", "%d requests whose turn saw no traceparent or another than produced", missingTrace)
+	sum.Checks.Add(err2 == nil && committed == end, "offsets committed to the end", "%d of %d records (err %v)", committed, end, err2)
 	return nil
 }
 

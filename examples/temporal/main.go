@@ -31,42 +31,29 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
+
+	"github.com/turnstile-go/turnstile/internal/demo"
 )
 
 func main() {
 	if os.Getenv(envWorker) != "" {
 		os.Exit(workerProcess())
 	}
-	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(command().Main(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// realMain parses the flags and runs the example; 0 when every check passed, 1 when one
-// failed or the run broke off, 2 for bad flags.
-func realMain(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("temporal", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// command is the example's command line.
+func command() demo.Command {
 	cfg := Config{}
-	fs.IntVar(&cfg.Requests, "requests", 400, "requests to produce")
-	fs.IntVar(&cfg.Conversations, "conversations", 40, "conversations the requests belong to")
-	fs.DurationVar(&cfg.Timeout, "timeout", 3*time.Minute, "how long to wait for every outcome")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	sum, err := run(ctx, cfg, stdout)
-	if err != nil {
-		fmt.Fprintln(stderr, "temporal example:", err)
-		return 1
-	}
-	if !sum.OK() {
-		return 1
-	}
-	return 0
+	return demo.Command{Name: "temporal", Flags: func(fs *flag.FlagSet) {
+		fs.IntVar(&cfg.Requests, "requests", 400, "requests to produce")
+		fs.IntVar(&cfg.Conversations, "conversations", 40, "conversations the requests belong to")
+		fs.DurationVar(&cfg.Timeout, "timeout", 3*time.Minute, "how long to wait for every outcome")
+	}, Run: func(ctx context.Context, _ bool, stdout, _ io.Writer) (bool, error) {
+		sum, err := run(ctx, cfg, stdout)
+		return sum.OK(), err
+	}}
 }

@@ -28,7 +28,7 @@ func TestExample(t *testing.T) {
 		t.Skip(err)
 	}
 	var out, errOut bytes.Buffer
-	code := realMain([]string{"-requests", "120", "-conversations", "12"}, &out, &errOut)
+	code := command().Main([]string{"-requests", "120", "-conversations", "12"}, &out, &errOut)
 	t.Log(out.String(), errOut.String())
 	require.Equal(t, 0, code)
 	require.Equal(t, 8, strings.Count(out.String(), "PASS "), "eight checks passed")
@@ -38,6 +38,6 @@ func TestExample(t *testing.T) {
 // Bad flags exit 2.
 func TestBadFlags(t *testing.T) {
 	var out, errOut bytes.Buffer
-	require.Equal(t, 2, realMain([]string{"-nope"}, &out, &errOut))
-	require.Equal(t, 1, realMain([]string{"-requests", "1", "-conversations", "5"}, &out, &errOut), "more conversations than requests")
+	require.Equal(t, 2, command().Main([]string{"-nope"}, &out, &errOut))
+	require.Equal(t, 1, command().Main([]string{"-requests", "1", "-conversations", "5"}, &out, &errOut), "more conversations than requests")
 }

@@ -20,6 +20,7 @@ import (
 	twf "go.temporal.io/sdk/workflow"
 
 	"github.com/turnstile-go/turnstile/consumer"
+	"github.com/turnstile-go/turnstile/internal/demo"
 	"github.com/turnstile-go/turnstile/internal/temporaldev"
 	"github.com/turnstile-go/turnstile/turn"
 	"github.com/turnstile-go/turnstile/turntest"
@@ -122,11 +123,11 @@ func run(ctx context.Context, cfg Config, stdout io.Writer) (Summary, error) {
 		cfg.Requests, cfg.Conversations, strings.Join(w.brokers, ","), w.host, w.dbPath)
 
 	log := slog.New(slog.DiscardHandler)
-	watch, err := newWatcher(w.brokers)
+	watch, err := demo.NewWatcher(w.brokers, turntest.Config(), ResultsTopic, DeadLetterTopic, sarama.OffsetOldest)
 	if err != nil {
 		return Summary{}, err
 	}
-	defer watch.close()
+	defer watch.Close()
 
 	// The worker that will be killed starts first, alone, so that it surely takes a turn.
 	victim, err := startVictim(w)
@@ -176,7 +177,7 @@ func run(ctx context.Context, cfg Config, stdout io.Writer) (Summary, error) {
 		return Summary{}, errors.New("the worker process never reached the model")
 	}
 
-	if err := watch.waitFor(ctx, cfg.Requests, cfg.Timeout); err != nil {
+	if err := watch.WaitFor(ctx, cfg.Requests, cfg.Timeout); err != nil {
 		return Summary{}, err
 	}
 	sum.Elapsed = time.Since(start)

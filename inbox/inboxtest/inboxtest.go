@@ -93,14 +93,14 @@ func randID(t *testing.T) string {
 
 func delivery(t *testing.T, offset int64) inbox.Delivery {
 	t.Helper()
-	return inbox.Delivery{RequestID: "req-" + randID(t), Conversation: "conv-" + randID(t), Topic: "requests", Partition: 3, Offset: offset}
+	return inbox.Delivery{Key: "req-" + randID(t), Conversation: "conv-" + randID(t), Topic: "requests", Partition: 3, Offset: offset}
 }
 
 func begin(t *testing.T, b inbox.Inbox, d inbox.Delivery) inbox.Entry {
 	t.Helper()
 	e, err := b.Begin(context.Background(), d)
 	require.NoError(t, err)
-	require.Equal(t, d.RequestID, e.RequestID)
+	require.Equal(t, d.Key, e.Key)
 	return e
 }
 
@@ -137,7 +137,7 @@ func testBeginNew(t *testing.T, b inbox.Inbox) {
 	requireRecentTime(t, e.CreatedAt, "CreatedAt")
 	requireRecentTime(t, e.UpdatedAt, "UpdatedAt")
 
-	got := getEntry(t, b, d.RequestID)
+	got := getEntry(t, b, d.Key)
 	require.Equal(t, inbox.StatusInProgress, got.Status, "StatusNew is never stored")
 	require.Equal(t, 1, got.Attempts)
 	require.Equal(t, d.Conversation, got.Conversation)
@@ -153,7 +153,7 @@ func testBeginAgain(t *testing.T, b inbox.Inbox) {
 		require.Equal(t, inbox.StatusInProgress, e.Status)
 		require.Equal(t, attempt, e.Attempts)
 		requireLocation(t, d, e)
-		requireLocation(t, d, getEntry(t, b, d.RequestID))
+		requireLocation(t, d, getEntry(t, b, d.Key))
 	}
 }
 
@@ -161,9 +161,9 @@ func testComplete(t *testing.T, b inbox.Inbox) {
 	ctx := context.Background()
 	d := delivery(t, 7)
 	begin(t, b, d)
-	require.NoError(t, b.Complete(ctx, d.RequestID, []byte(`{"answer":"42"}`)))
+	require.NoError(t, b.Complete(ctx, d.Key, []byte(`{"answer":"42"}`)))
 
-	got := getEntry(t, b, d.RequestID)
+	got := getEntry(t, b, d.Key)
 	require.Equal(t, inbox.StatusDone, got.Status)
 	require.Equal(t, `{"answer":"42"}`, string(got.Result))
 	require.Equal(t, 1, got.Attempts)
@@ -177,7 +177,7 @@ func testComplete(t *testing.T, b inbox.Inbox) {
 	require.Equal(t, `{"answer":"42"}`, string(e.Result))
 	require.Equal(t, 1, e.Attempts)
 	requireLocation(t, d, e)
-	require.Equal(t, 1, getEntry(t, b, d.RequestID).Attempts)
+	require.Equal(t, 1, getEntry(t, b, d.Key).Attempts)
 }
 
 func testCompleteTwice(t *testing.T, b inbox.Inbox) {
@@ -185,13 +185,13 @@ func testCompleteTwice(t *testing.T, b inbox.Inbox) {
 	d := delivery(t, 1)
 	begin(t, b, d)
 	result := []byte("first")
-	require.NoError(t, b.Complete(ctx, d.RequestID, result))
+	require.NoError(t, b.Complete(ctx, d.Key, result))
 	result[0] = 'X' // the inbox keeps its own copy
-	require.NoError(t, b.Complete(ctx, d.RequestID, []byte("second")), "completing a done entry is a no-op")
-	got := getEntry(t, b, d.RequestID)
+	require.NoError(t, b.Complete(ctx, d.Key, []byte("second")), "completing a done entry is a no-op")
+	got := getEntry(t, b, d.Key)
 	require.Equal(t, "first", string(got.Result))
 	got.Result[0] = 'Y'
-	require.Equal(t, "first", string(getEntry(t, b, d.RequestID).Result))
+	require.Equal(t, "first", string(getEntry(t, b, d.Key).Result))
 }
 
 func testFail(t *testing.T, b inbox.Inbox) {
@@ -199,14 +199,14 @@ func testFail(t *testing.T, b inbox.Inbox) {
 	d := delivery(t, 1)
 	begin(t, b, d)
 	begin(t, b, d)
-	require.NoError(t, b.Fail(ctx, d.RequestID, inbox.Failure{Reason: "model timed out"}))
-	got := getEntry(t, b, d.RequestID)
+	require.NoError(t, b.Fail(ctx, d.Key, inbox.Failure{Reason: "model timed out"}))
+	got := getEntry(t, b, d.Key)
 	require.Equal(t, "model timed out", got.Reason)
 	require.Equal(t, 2, got.Attempts, "a failure without refund keeps the attempt")
 	require.Equal(t, inbox.StatusInProgress, got.Status)
 
-	require.NoError(t, b.Fail(ctx, d.RequestID, inbox.Failure{Reason: "again"}))
-	require.Equal(t, "again", getEntry(t, b, d.RequestID).Reason, "the last failure's reason")
+	require.NoError(t, b.Fail(ctx, d.Key, inbox.Failure{Reason: "again"}))
+	require.Equal(t, "again", getEntry(t, b, d.Key).Reason, "the last failure's reason")
 
 	e := begin(t, b, d)
 	require.Equal(t, inbox.StatusInProgress, e.Status)
@@ -218,12 +218,12 @@ func testFailRefund(t *testing.T, b inbox.Inbox) {
 	d := delivery(t, 1)
 	begin(t, b, d)
 	begin(t, b, d)
-	require.NoError(t, b.Fail(ctx, d.RequestID, inbox.Failure{Reason: "rate limited", Refund: true}))
-	require.Equal(t, 1, getEntry(t, b, d.RequestID).Attempts)
-	require.NoError(t, b.Fail(ctx, d.RequestID, inbox.Failure{Reason: "rate limited", Refund: true}))
-	require.Equal(t, 0, getEntry(t, b, d.RequestID).Attempts)
-	require.NoError(t, b.Fail(ctx, d.RequestID, inbox.Failure{Reason: "store down", Refund: true}))
-	got := getEntry(t, b, d.RequestID)
+	require.NoError(t, b.Fail(ctx, d.Key, inbox.Failure{Reason: "rate limited", Refund: true}))
+	require.Equal(t, 1, getEntry(t, b, d.Key).Attempts)
+	require.NoError(t, b.Fail(ctx, d.Key, inbox.Failure{Reason: "rate limited", Refund: true}))
+	require.Equal(t, 0, getEntry(t, b, d.Key).Attempts)
+	require.NoError(t, b.Fail(ctx, d.Key, inbox.Failure{Reason: "store down", Refund: true}))
+	got := getEntry(t, b, d.Key)
 	require.Equal(t, 0, got.Attempts, "never below zero")
 	require.Equal(t, "store down", got.Reason)
 
@@ -236,9 +236,9 @@ func testFailOnDoneOrDead(t *testing.T, b inbox.Inbox) {
 	ctx := context.Background()
 	done := delivery(t, 1)
 	begin(t, b, done)
-	require.NoError(t, b.Complete(ctx, done.RequestID, []byte("ok")))
-	require.NoError(t, b.Fail(ctx, done.RequestID, inbox.Failure{Reason: "late failure", Refund: true}))
-	got := getEntry(t, b, done.RequestID)
+	require.NoError(t, b.Complete(ctx, done.Key, []byte("ok")))
+	require.NoError(t, b.Fail(ctx, done.Key, inbox.Failure{Reason: "late failure", Refund: true}))
+	got := getEntry(t, b, done.Key)
 	require.Equal(t, inbox.StatusDone, got.Status)
 	require.Equal(t, "ok", string(got.Result))
 	require.Equal(t, 1, got.Attempts)
@@ -246,9 +246,9 @@ func testFailOnDoneOrDead(t *testing.T, b inbox.Inbox) {
 
 	dead := delivery(t, 2)
 	begin(t, b, dead)
-	require.NoError(t, b.MarkDead(ctx, dead.RequestID, "poison"))
-	require.NoError(t, b.Fail(ctx, dead.RequestID, inbox.Failure{Reason: "late failure", Refund: true}))
-	got = getEntry(t, b, dead.RequestID)
+	require.NoError(t, b.MarkDead(ctx, dead.Key, "poison"))
+	require.NoError(t, b.Fail(ctx, dead.Key, inbox.Failure{Reason: "late failure", Refund: true}))
+	got = getEntry(t, b, dead.Key)
 	require.Equal(t, inbox.StatusDead, got.Status)
 	require.Equal(t, "poison", got.Reason)
 	require.Equal(t, 1, got.Attempts)
@@ -259,7 +259,7 @@ func testMarkDead(t *testing.T, b inbox.Inbox) {
 	d := delivery(t, 5)
 	begin(t, b, d)
 	begin(t, b, d)
-	require.NoError(t, b.MarkDead(ctx, d.RequestID, "too many attempts"))
+	require.NoError(t, b.MarkDead(ctx, d.Key, "too many attempts"))
 
 	again := d
 	again.Offset = 6
@@ -268,7 +268,7 @@ func testMarkDead(t *testing.T, b inbox.Inbox) {
 	require.Equal(t, "too many attempts", e.Reason)
 	require.Equal(t, 2, e.Attempts, "a dead entry counts no attempt")
 	require.Empty(t, e.Result)
-	got := getEntry(t, b, d.RequestID)
+	got := getEntry(t, b, d.Key)
 	require.Equal(t, inbox.StatusDead, got.Status)
 	require.Equal(t, 2, got.Attempts)
 }
@@ -277,9 +277,9 @@ func testMarkDeadOnDone(t *testing.T, b inbox.Inbox) {
 	ctx := context.Background()
 	d := delivery(t, 5)
 	begin(t, b, d)
-	require.NoError(t, b.Complete(ctx, d.RequestID, []byte("result")))
-	require.NoError(t, b.MarkDead(ctx, d.RequestID, "too late"))
-	got := getEntry(t, b, d.RequestID)
+	require.NoError(t, b.Complete(ctx, d.Key, []byte("result")))
+	require.NoError(t, b.MarkDead(ctx, d.Key, "too late"))
+	got := getEntry(t, b, d.Key)
 	require.Equal(t, inbox.StatusDone, got.Status, "a done entry stays done")
 	require.Equal(t, "result", string(got.Result))
 	require.Empty(t, got.Reason)
@@ -289,9 +289,9 @@ func testCompleteOnDead(t *testing.T, b inbox.Inbox) {
 	ctx := context.Background()
 	d := delivery(t, 5)
 	begin(t, b, d)
-	require.NoError(t, b.MarkDead(ctx, d.RequestID, "poison"))
-	require.ErrorIs(t, b.Complete(ctx, d.RequestID, []byte("zombie result")), inbox.ErrDead)
-	got := getEntry(t, b, d.RequestID)
+	require.NoError(t, b.MarkDead(ctx, d.Key, "poison"))
+	require.ErrorIs(t, b.Complete(ctx, d.Key, []byte("zombie result")), inbox.ErrDead)
+	got := getEntry(t, b, d.Key)
 	require.Equal(t, inbox.StatusDead, got.Status)
 	require.Empty(t, got.Result)
 	require.Equal(t, "poison", got.Reason)
@@ -327,12 +327,12 @@ func testIndependent(t *testing.T, b inbox.Inbox) {
 	d1, d2 := delivery(t, 1), delivery(t, 2)
 	begin(t, b, d1)
 	begin(t, b, d2)
-	require.NoError(t, b.Complete(ctx, d1.RequestID, []byte("one")))
+	require.NoError(t, b.Complete(ctx, d1.Key, []byte("one")))
 	e2 := begin(t, b, d2)
 	require.Equal(t, inbox.StatusInProgress, e2.Status)
 	require.Equal(t, 2, e2.Attempts)
 	require.Empty(t, e2.Result)
-	require.Equal(t, 1, getEntry(t, b, d1.RequestID).Attempts)
+	require.Equal(t, 1, getEntry(t, b, d1.Key).Attempts)
 }
 
 // testPurge: Purge deletes only done and dead entries last updated before the cutoff. The
@@ -343,26 +343,26 @@ func testPurge(t *testing.T, b inbox.Inbox) {
 	for _, d := range []inbox.Delivery{done, dead, inProgress, failed} {
 		begin(t, b, d)
 	}
-	require.NoError(t, b.Complete(ctx, done.RequestID, []byte("r")))
-	require.NoError(t, b.MarkDead(ctx, dead.RequestID, "poison"))
-	require.NoError(t, b.Fail(ctx, failed.RequestID, inbox.Failure{Reason: "x"}))
+	require.NoError(t, b.Complete(ctx, done.Key, []byte("r")))
+	require.NoError(t, b.MarkDead(ctx, dead.Key, "poison"))
+	require.NoError(t, b.Fail(ctx, failed.Key, inbox.Failure{Reason: "x"}))
 
 	n, err := b.Purge(ctx, time.Now().Add(-time.Hour))
 	require.NoError(t, err)
 	require.Zero(t, n, "nothing is older than an hour ago")
 	for _, d := range []inbox.Delivery{done, dead, inProgress, failed} {
-		getEntry(t, b, d.RequestID)
+		getEntry(t, b, d.Key)
 	}
 
 	n, err = b.Purge(ctx, time.Now().Add(time.Hour))
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n)
 	for _, d := range []inbox.Delivery{done, dead} {
-		_, err := b.Get(ctx, d.RequestID)
+		_, err := b.Get(ctx, d.Key)
 		require.ErrorIs(t, err, inbox.ErrNotFound)
 	}
-	require.Equal(t, inbox.StatusInProgress, getEntry(t, b, inProgress.RequestID).Status)
-	require.Equal(t, inbox.StatusInProgress, getEntry(t, b, failed.RequestID).Status)
+	require.Equal(t, inbox.StatusInProgress, getEntry(t, b, inProgress.Key).Status)
+	require.Equal(t, inbox.StatusInProgress, getEntry(t, b, failed.Key).Status)
 
 	n, err = b.Purge(ctx, time.Now().Add(time.Hour))
 	require.NoError(t, err)
@@ -384,11 +384,11 @@ func testPurgeMany(t *testing.T, b inbox.Inbox) {
 		begin(t, b, d)
 		switch i % 3 {
 		case 0:
-			require.NoError(t, b.Complete(ctx, d.RequestID, []byte("r")))
+			require.NoError(t, b.Complete(ctx, d.Key, []byte("r")))
 		case 1:
-			require.NoError(t, b.MarkDead(ctx, d.RequestID, "x"))
+			require.NoError(t, b.MarkDead(ctx, d.Key, "x"))
 		default:
-			keep = append(keep, d.RequestID)
+			keep = append(keep, d.Key)
 		}
 	}
 	purged, err := b.Purge(ctx, time.Now().Add(time.Hour))
@@ -413,15 +413,15 @@ func testPurgeUnderTraffic(t *testing.T, b inbox.Inbox) {
 		begin(t, b, d)
 		switch i % 3 {
 		case 0:
-			require.NoError(t, b.Complete(ctx, d.RequestID, []byte("r")))
+			require.NoError(t, b.Complete(ctx, d.Key, []byte("r")))
 			old = append(old, d)
 		case 1:
-			require.NoError(t, b.MarkDead(ctx, d.RequestID, "x"))
+			require.NoError(t, b.MarkDead(ctx, d.Key, "x"))
 			old = append(old, d)
 		default:
 			oldLive = append(oldLive, d)
 		}
-		if u := getEntry(t, b, d.RequestID).UpdatedAt; u.After(newest) {
+		if u := getEntry(t, b, d.Key).UpdatedAt; u.After(newest) {
 			newest = u
 		}
 	}
@@ -449,9 +449,9 @@ func testPurgeUnderTraffic(t *testing.T, b inbox.Inbox) {
 			}
 			switch i % 3 {
 			case 0:
-				errs[i] = b.Complete(ctx, d.RequestID, []byte("r"))
+				errs[i] = b.Complete(ctx, d.Key, []byte("r"))
 			case 1:
-				errs[i] = b.MarkDead(ctx, d.RequestID, "x")
+				errs[i] = b.MarkDead(ctx, d.Key, "x")
 			}
 		})
 	}
@@ -462,11 +462,11 @@ func testPurgeUnderTraffic(t *testing.T, b inbox.Inbox) {
 	}
 	require.EqualValues(t, len(old), purged, "exactly the old done and dead entries")
 	for _, d := range old {
-		_, err := b.Get(ctx, d.RequestID)
-		require.ErrorIs(t, err, inbox.ErrNotFound, "old entry %s", d.RequestID)
+		_, err := b.Get(ctx, d.Key)
+		require.ErrorIs(t, err, inbox.ErrNotFound, "old entry %s", d.Key)
 	}
 	for _, d := range append(append(oldLive, fresh...), marker) {
-		getEntry(t, b, d.RequestID)
+		getEntry(t, b, d.Key)
 	}
 }
 
@@ -477,9 +477,9 @@ func testRedrive(t *testing.T, b inbox.Inbox) {
 	d := delivery(t, 5)
 	begin(t, b, d)
 	begin(t, b, d)
-	require.NoError(t, b.MarkDead(ctx, d.RequestID, "model: bug 42"))
+	require.NoError(t, b.MarkDead(ctx, d.Key, "model: bug 42"))
 
-	e, err := b.Redrive(ctx, d.RequestID, "fixed in v1.2; by ops")
+	e, err := b.Redrive(ctx, d.Key, "fixed in v1.2; by ops")
 	require.NoError(t, err)
 	require.Equal(t, inbox.StatusInProgress, e.Status)
 	require.Zero(t, e.Attempts)
@@ -490,7 +490,7 @@ func testRedrive(t *testing.T, b inbox.Inbox) {
 	require.Equal(t, "fixed in v1.2; by ops", e.Redrives[0].Note)
 	requireRecentTime(t, e.Redrives[0].At, "Redrives[0].At")
 
-	got := getEntry(t, b, d.RequestID)
+	got := getEntry(t, b, d.Key)
 	require.Equal(t, inbox.StatusInProgress, got.Status)
 	require.Zero(t, got.Attempts)
 	require.Equal(t, e.Redrives[0].Reason, got.Redrives[0].Reason)
@@ -500,8 +500,8 @@ func testRedrive(t *testing.T, b inbox.Inbox) {
 	next := begin(t, b, d)
 	require.Equal(t, inbox.StatusInProgress, next.Status, "an earlier delivery may have stored the turn: not new")
 	require.Equal(t, 1, next.Attempts, "a fresh budget of attempts")
-	require.NoError(t, b.Complete(ctx, d.RequestID, []byte("fixed result")))
-	done := getEntry(t, b, d.RequestID)
+	require.NoError(t, b.Complete(ctx, d.Key, []byte("fixed result")))
+	done := getEntry(t, b, d.Key)
 	require.Equal(t, inbox.StatusDone, done.Status)
 	require.Equal(t, "fixed result", string(done.Result))
 	require.Len(t, done.Redrives, 1, "the audit stays")
@@ -514,17 +514,17 @@ func testRedriveNotDead(t *testing.T, b inbox.Inbox) {
 	running, done := delivery(t, 1), delivery(t, 2)
 	begin(t, b, running)
 	begin(t, b, done)
-	require.NoError(t, b.Complete(ctx, done.RequestID, []byte("r")))
+	require.NoError(t, b.Complete(ctx, done.Key, []byte("r")))
 
-	e, err := b.Redrive(ctx, running.RequestID, "x")
+	e, err := b.Redrive(ctx, running.Key, "x")
 	require.ErrorIs(t, err, inbox.ErrNotDead)
 	require.Equal(t, inbox.StatusInProgress, e.Status)
-	require.Equal(t, 1, getEntry(t, b, running.RequestID).Attempts)
+	require.Equal(t, 1, getEntry(t, b, running.Key).Attempts)
 
-	e, err = b.Redrive(ctx, done.RequestID, "x")
+	e, err = b.Redrive(ctx, done.Key, "x")
 	require.ErrorIs(t, err, inbox.ErrNotDead)
 	require.Equal(t, inbox.StatusDone, e.Status)
-	got := getEntry(t, b, done.RequestID)
+	got := getEntry(t, b, done.Key)
 	require.Equal(t, inbox.StatusDone, got.Status)
 	require.Equal(t, "r", string(got.Result))
 	require.Empty(t, got.Redrives)
@@ -536,22 +536,22 @@ func testRedriveAgain(t *testing.T, b inbox.Inbox) {
 	ctx := context.Background()
 	d := delivery(t, 1)
 	begin(t, b, d)
-	require.NoError(t, b.MarkDead(ctx, d.RequestID, "first"))
-	_, err := b.Redrive(ctx, d.RequestID, "one")
+	require.NoError(t, b.MarkDead(ctx, d.Key, "first"))
+	_, err := b.Redrive(ctx, d.Key, "one")
 	require.NoError(t, err)
-	_, err = b.Redrive(ctx, d.RequestID, "one again")
+	_, err = b.Redrive(ctx, d.Key, "one again")
 	require.ErrorIs(t, err, inbox.ErrNotDead)
-	require.Len(t, getEntry(t, b, d.RequestID).Redrives, 1)
+	require.Len(t, getEntry(t, b, d.Key).Redrives, 1)
 
 	begin(t, b, d)
-	require.NoError(t, b.MarkDead(ctx, d.RequestID, "second"))
-	e, err := b.Redrive(ctx, d.RequestID, "two")
+	require.NoError(t, b.MarkDead(ctx, d.Key, "second"))
+	e, err := b.Redrive(ctx, d.Key, "two")
 	require.NoError(t, err)
 	require.Len(t, e.Redrives, 2)
 	require.Equal(t, []string{"first", "second"}, []string{e.Redrives[0].Reason, e.Redrives[1].Reason})
 	require.Equal(t, []int{1, 1}, []int{e.Redrives[0].Attempts, e.Redrives[1].Attempts})
 	require.Equal(t, []string{"one", "two"}, []string{e.Redrives[0].Note, e.Redrives[1].Note})
-	require.Equal(t, e.Redrives, getEntry(t, b, d.RequestID).Redrives)
+	require.Equal(t, e.Redrives, getEntry(t, b, d.Key).Redrives)
 }
 
 // testConcurrentRedrive: of operators racing to re-drive one dead entry, exactly one wins.
@@ -559,7 +559,7 @@ func testConcurrentRedrive(t *testing.T, b inbox.Inbox) {
 	ctx := context.Background()
 	d := delivery(t, 1)
 	begin(t, b, d)
-	require.NoError(t, b.MarkDead(ctx, d.RequestID, "poison"))
+	require.NoError(t, b.MarkDead(ctx, d.Key, "poison"))
 	const racers = 10
 	errs := make([]error, racers)
 	var wg sync.WaitGroup
@@ -567,7 +567,7 @@ func testConcurrentRedrive(t *testing.T, b inbox.Inbox) {
 	for i := range racers {
 		wg.Go(func() {
 			<-start
-			_, errs[i] = b.Redrive(ctx, d.RequestID, fmt.Sprint("racer ", i))
+			_, errs[i] = b.Redrive(ctx, d.Key, fmt.Sprint("racer ", i))
 		})
 	}
 	close(start)
@@ -581,7 +581,7 @@ func testConcurrentRedrive(t *testing.T, b inbox.Inbox) {
 		require.ErrorIs(t, err, inbox.ErrNotDead)
 	}
 	require.Equal(t, 1, won)
-	e := getEntry(t, b, d.RequestID)
+	e := getEntry(t, b, d.Key)
 	require.Len(t, e.Redrives, 1)
 	require.Equal(t, inbox.StatusInProgress, e.Status)
 }
@@ -593,8 +593,8 @@ func testConcurrentBegin(t *testing.T, b inbox.Inbox) {
 	d := delivery(t, 1)
 	entries, errs := beginConcurrently(b, []inbox.Delivery{d}, racers)
 	require.Empty(t, errs)
-	requireAttemptsOneToN(t, entries[d.RequestID], racers)
-	require.Equal(t, racers, getEntry(t, b, d.RequestID).Attempts)
+	requireAttemptsOneToN(t, entries[d.Key], racers)
+	require.Equal(t, racers, getEntry(t, b, d.Key).Attempts)
 }
 
 func testConcurrentRequests(t *testing.T, b inbox.Inbox) {
@@ -606,8 +606,8 @@ func testConcurrentRequests(t *testing.T, b inbox.Inbox) {
 	entries, errs := beginConcurrently(b, ds, racers)
 	require.Empty(t, errs)
 	for _, d := range ds {
-		requireAttemptsOneToN(t, entries[d.RequestID], racers)
-		require.Equal(t, racers, getEntry(t, b, d.RequestID).Attempts)
+		requireAttemptsOneToN(t, entries[d.Key], racers)
+		require.Equal(t, racers, getEntry(t, b, d.Key).Attempts)
 	}
 }
 
@@ -631,10 +631,10 @@ func beginConcurrently(b inbox.Inbox, ds []inbox.Delivery, perRequest int) (map[
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
-					errs = append(errs, fmt.Errorf("begin %s: %w", d.RequestID, err))
+					errs = append(errs, fmt.Errorf("begin %s: %w", d.Key, err))
 					return
 				}
-				entries[d.RequestID] = append(entries[d.RequestID], e)
+				entries[d.Key] = append(entries[d.Key], e)
 			}()
 		}
 	}
@@ -675,17 +675,17 @@ func testCancelledContext(t *testing.T, b inbox.Inbox) {
 	require.Error(t, err, "Begin")
 	_, err = b.Begin(ctx, d)
 	require.Error(t, err, "Begin of a known request")
-	require.Error(t, b.Complete(ctx, d.RequestID, []byte("r")), "Complete")
-	require.Error(t, b.Fail(ctx, d.RequestID, inbox.Failure{Reason: "x", Refund: true}), "Fail")
-	require.Error(t, b.MarkDead(ctx, d.RequestID, "x"), "MarkDead")
-	_, err = b.Get(ctx, d.RequestID)
+	require.Error(t, b.Complete(ctx, d.Key, []byte("r")), "Complete")
+	require.Error(t, b.Fail(ctx, d.Key, inbox.Failure{Reason: "x", Refund: true}), "Fail")
+	require.Error(t, b.MarkDead(ctx, d.Key, "x"), "MarkDead")
+	_, err = b.Get(ctx, d.Key)
 	require.Error(t, err, "Get")
 	_, err = b.Purge(ctx, time.Now().Add(time.Hour))
 	require.Error(t, err, "Purge")
 
-	_, err = b.Get(context.Background(), fresh.RequestID)
+	_, err = b.Get(context.Background(), fresh.Key)
 	require.True(t, errors.Is(err, inbox.ErrNotFound), "a cancelled Begin makes no entry: %v", err)
-	got := getEntry(t, b, d.RequestID)
+	got := getEntry(t, b, d.Key)
 	require.Equal(t, inbox.StatusInProgress, got.Status)
 	require.Equal(t, 1, got.Attempts)
 	require.Empty(t, got.Reason)

@@ -40,29 +40,29 @@ func testTxCommit(t *testing.T, b inbox.TxCompleter) {
 	d := delivery(t, 5)
 	begin(t, b, d)
 	result := []byte(`{"answer":"in a transaction"}`)
-	require.NoError(t, completeIn(t, b, d.RequestID, result, true))
+	require.NoError(t, completeIn(t, b, d.Key, result, true))
 	result[0] = 'X' // the inbox keeps its own copy
-	got := getEntry(t, b, d.RequestID)
+	got := getEntry(t, b, d.Key)
 	require.Equal(t, inbox.StatusDone, got.Status)
 	require.Equal(t, `{"answer":"in a transaction"}`, string(got.Result))
 	require.Equal(t, 1, got.Attempts)
 
 	// A done entry stays as it is, in a transaction as outside one.
-	require.NoError(t, completeIn(t, b, d.RequestID, []byte("second"), true))
-	require.Equal(t, `{"answer":"in a transaction"}`, string(getEntry(t, b, d.RequestID).Result))
+	require.NoError(t, completeIn(t, b, d.Key, []byte("second"), true))
+	require.Equal(t, `{"answer":"in a transaction"}`, string(getEntry(t, b, d.Key).Result))
 }
 
 func testTxRollback(t *testing.T, b inbox.TxCompleter) {
 	d := delivery(t, 6)
 	begin(t, b, d)
-	require.NoError(t, completeIn(t, b, d.RequestID, []byte("rolled back"), false))
-	got := getEntry(t, b, d.RequestID)
+	require.NoError(t, completeIn(t, b, d.Key, []byte("rolled back"), false))
+	got := getEntry(t, b, d.Key)
 	require.Equal(t, inbox.StatusInProgress, got.Status)
 	require.Empty(t, got.Result)
 	require.Equal(t, 1, got.Attempts)
 
-	require.NoError(t, b.Complete(context.Background(), d.RequestID, []byte("kept")))
-	require.Equal(t, "kept", string(getEntry(t, b, d.RequestID).Result), "the rolled back result is not the first")
+	require.NoError(t, b.Complete(context.Background(), d.Key, []byte("kept")))
+	require.Equal(t, "kept", string(getEntry(t, b, d.Key).Result), "the rolled back result is not the first")
 }
 
 func testTxErrors(t *testing.T, b inbox.TxCompleter) {
@@ -72,9 +72,9 @@ func testTxErrors(t *testing.T, b inbox.TxCompleter) {
 
 	d := delivery(t, 7)
 	begin(t, b, d)
-	require.NoError(t, b.MarkDead(ctx, d.RequestID, "poison"))
-	require.ErrorIs(t, completeIn(t, b, d.RequestID, []byte("x"), true), inbox.ErrDead)
-	got := getEntry(t, b, d.RequestID)
+	require.NoError(t, b.MarkDead(ctx, d.Key, "poison"))
+	require.ErrorIs(t, completeIn(t, b, d.Key, []byte("x"), true), inbox.ErrDead)
+	got := getEntry(t, b, d.Key)
 	require.Equal(t, inbox.StatusDead, got.Status)
 	require.Empty(t, got.Result)
 }

@@ -30,7 +30,7 @@ func Example() {
 		log.Fatal(err)
 	}
 
-	d := inbox.Delivery{RequestID: "req-1", Conversation: "c-7", Topic: "requests", Partition: 0, Offset: 41}
+	d := inbox.Delivery{Key: "req-1", Conversation: "c-7", Topic: "requests", Partition: 0, Offset: 41}
 	for range 2 {
 		e, err := ib.Begin(ctx, d)
 		if err != nil {

@@ -16,21 +16,21 @@ import (
 // Begin implements inbox.Inbox in one INSERT ... ON CONFLICT DO UPDATE ... RETURNING
 // statement, so members that receive one request at once each count an attempt.
 func (b *Inbox) Begin(ctx context.Context, d inbox.Delivery) (inbox.Entry, error) {
-	if d.RequestID == "" {
-		return inbox.Entry{}, fmt.Errorf("%w: empty request id", inbox.ErrInvalid)
+	if d.Key == "" {
+		return inbox.Entry{}, fmt.Errorf("%w: empty key", inbox.ErrInvalid)
 	}
 	var (
 		e          inbox.Entry
 		deliveries int
 	)
 	err := b.d.Write(ctx, b.db, func() (err error) {
-		row := b.db.QueryRowContext(ctx, b.q.begin, d.RequestID, d.Conversation, d.Topic, d.Partition,
+		row := b.db.QueryRowContext(ctx, b.q.begin, d.Key, d.Conversation, d.Topic, d.Partition,
 			d.Offset, b.d.Time(time.Now()))
 		e, deliveries, err = scanEntry(row)
 		return err
 	})
 	if err != nil {
-		return inbox.Entry{}, b.fail(ctx, "begin", d.RequestID, err)
+		return inbox.Entry{}, b.fail(ctx, "begin", d.Key, err)
 	}
 	if e.Status == inbox.StatusInProgress && deliveries == 1 {
 		e.Status = inbox.StatusNew // this statement inserted the entry
@@ -40,27 +40,27 @@ func (b *Inbox) Begin(ctx context.Context, d inbox.Delivery) (inbox.Entry, error
 
 // Complete implements inbox.Inbox: only an entry in progress becomes done, so the first
 // result stays.
-func (b *Inbox) Complete(ctx context.Context, requestID string, result []byte) error {
-	return b.complete(ctx, nil, requestID, result)
+func (b *Inbox) Complete(ctx context.Context, key string, result []byte) error {
+	return b.complete(ctx, nil, key, result)
 }
 
 // CompleteTx implements inbox.TxCompleter: Complete's statements, run on tx.
-func (b *Inbox) CompleteTx(ctx context.Context, tx inbox.SQLTx, requestID string, result []byte) error {
+func (b *Inbox) CompleteTx(ctx context.Context, tx inbox.SQLTx, key string, result []byte) error {
 	if tx == nil {
 		return fmt.Errorf("%w: nil transaction", inbox.ErrInvalid)
 	}
-	return b.complete(ctx, tx, requestID, result)
+	return b.complete(ctx, tx, key, result)
 }
 
 // TxDB implements inbox.TxCompleter: the *sql.DB given to New.
 func (b *Inbox) TxDB() *sql.DB { return b.db }
 
 // complete is Complete, on tx when it is not nil.
-func (b *Inbox) complete(ctx context.Context, tx inbox.SQLTx, requestID string, result []byte) error {
-	if requestID == "" {
-		return fmt.Errorf("%w: empty request id", inbox.ErrInvalid)
+func (b *Inbox) complete(ctx context.Context, tx inbox.SQLTx, key string, result []byte) error {
+	if key == "" {
+		return fmt.Errorf("%w: empty key", inbox.ErrInvalid)
 	}
-	args := []any{requestID, sqldialect.Bytes(result), b.d.Time(time.Now())}
+	args := []any{key, sqldialect.Bytes(result), b.d.Time(time.Now())}
 	var (
 		res sql.Result
 		err error
@@ -72,66 +72,66 @@ func (b *Inbox) complete(ctx context.Context, tx inbox.SQLTx, requestID string, 
 	} else {
 		res, err = tx.ExecContext(ctx, b.q.complete, args...)
 	}
-	if err := b.changed(ctx, "complete", requestID, res, err); !errors.Is(err, errUnchanged) {
+	if err := b.changed(ctx, "complete", key, res, err); !errors.Is(err, errUnchanged) {
 		return err
 	}
-	status, reason, err := b.status(ctx, q, requestID)
+	status, reason, err := b.status(ctx, q, key)
 	switch {
 	case err != nil:
-		return b.fail(ctx, "complete", requestID, err)
+		return b.fail(ctx, "complete", key, err)
 	case status == "":
-		return fmt.Errorf("%w: request %s", inbox.ErrNotFound, requestID)
+		return fmt.Errorf("%w: key %s", inbox.ErrNotFound, key)
 	case status == stDead:
-		return fmt.Errorf("%w: request %s: %s", inbox.ErrDead, requestID, reason)
+		return fmt.Errorf("%w: key %s: %s", inbox.ErrDead, key, reason)
 	}
 	return nil // done already: the first result stays
 }
 
 // Fail implements inbox.Inbox; it changes only an entry in progress.
-func (b *Inbox) Fail(ctx context.Context, requestID string, f inbox.Failure) error {
-	if requestID == "" {
-		return fmt.Errorf("%w: empty request id", inbox.ErrInvalid)
+func (b *Inbox) Fail(ctx context.Context, key string, f inbox.Failure) error {
+	if key == "" {
+		return fmt.Errorf("%w: empty key", inbox.ErrInvalid)
 	}
-	res, err := b.exec(ctx, b.q.fail, requestID, sqldialect.Text(f.Reason), f.Refund, b.d.Time(time.Now()))
-	return b.changedOrExists(ctx, "fail", requestID, res, err)
+	res, err := b.exec(ctx, b.q.fail, key, sqldialect.Text(f.Reason), f.Refund, b.d.Time(time.Now()))
+	return b.changedOrExists(ctx, "fail", key, res, err)
 }
 
 // MarkDead implements inbox.Inbox; a done entry stays done.
-func (b *Inbox) MarkDead(ctx context.Context, requestID, reason string) error {
-	if requestID == "" {
-		return fmt.Errorf("%w: empty request id", inbox.ErrInvalid)
+func (b *Inbox) MarkDead(ctx context.Context, key, reason string) error {
+	if key == "" {
+		return fmt.Errorf("%w: empty key", inbox.ErrInvalid)
 	}
-	res, err := b.exec(ctx, b.q.markDead, requestID, sqldialect.Text(reason), b.d.Time(time.Now()))
-	return b.changedOrExists(ctx, "mark dead", requestID, res, err)
+	res, err := b.exec(ctx, b.q.markDead, key, sqldialect.Text(reason), b.d.Time(time.Now()))
+	return b.changedOrExists(ctx, "mark dead", key, res, err)
 }
 
 // Redrive implements inbox.Inbox: it reads the entry, then updates it only if it is still
 // dead with the audit it read, so that of concurrent Redrives one wins and the others find it
 // not dead.
-func (b *Inbox) Redrive(ctx context.Context, requestID, note string) (inbox.Entry, error) {
-	if requestID == "" {
-		return inbox.Entry{}, fmt.Errorf("%w: empty request id", inbox.ErrInvalid)
+func (b *Inbox) Redrive(ctx context.Context, key, note string) (inbox.Entry, error) {
+	if key == "" {
+		return inbox.Entry{}, fmt.Errorf("%w: empty key", inbox.ErrInvalid)
 	}
 	for {
-		e, err := b.Get(ctx, requestID)
+		e, err := b.Get(ctx, key)
 		if err != nil {
 			return inbox.Entry{}, err
 		}
 		if e.Status != inbox.StatusDead {
-			return e, fmt.Errorf("%w: request %s is %s", inbox.ErrNotDead, requestID, e.Status)
+			return e, fmt.Errorf("%w: key %s is %s", inbox.ErrNotDead, key, e.Status)
 		}
 		old, err := encodeRedrives(e.Redrives)
 		if err != nil {
-			return inbox.Entry{}, b.fail(ctx, "redrive", requestID, err)
+			return inbox.Entry{}, b.fail(ctx, "redrive", key, err)
 		}
 		now := sqldialect.StoredTime(time.Now())
 		audit := append(e.Redrives, inbox.RedriveAudit{Reason: e.Reason, Attempts: e.Attempts, Note: sqldialect.Text(note), At: now})
 		next, err := encodeRedrives(audit)
 		if err != nil {
-			return inbox.Entry{}, b.fail(ctx, "redrive", requestID, err)
+			return inbox.Entry{}, b.fail(ctx, "redrive", key, err)
 		}
-		res, err := b.exec(ctx, b.q.redrive, requestID, next, b.d.Time(now), old)
-		switch err := b.changed(ctx, "redrive", requestID, res, err); {
+		res, err := b.exec(ctx, b.q.redrive, key, next, b.d.Time(now), old)
+		switch err := b.changed(ctx, "redrive", key, res, err); {
 		case errors.Is(err, errUnchanged):
 			continue // changed since we read it: read again
 		case err != nil:
@@ -152,16 +152,16 @@ func encodeRedrives(a []inbox.RedriveAudit) (string, error) {
 }
 
 // Get implements inbox.Inbox.
-func (b *Inbox) Get(ctx context.Context, requestID string) (inbox.Entry, error) {
-	if requestID == "" {
-		return inbox.Entry{}, fmt.Errorf("%w: empty request id", inbox.ErrInvalid)
+func (b *Inbox) Get(ctx context.Context, key string) (inbox.Entry, error) {
+	if key == "" {
+		return inbox.Entry{}, fmt.Errorf("%w: empty key", inbox.ErrInvalid)
 	}
-	e, _, err := scanEntry(b.db.QueryRowContext(ctx, b.q.get, requestID))
+	e, _, err := scanEntry(b.db.QueryRowContext(ctx, b.q.get, key))
 	if errors.Is(err, sql.ErrNoRows) {
-		return inbox.Entry{}, fmt.Errorf("%w: request %s", inbox.ErrNotFound, requestID)
+		return inbox.Entry{}, fmt.Errorf("%w: key %s", inbox.ErrNotFound, key)
 	}
 	if err != nil {
-		return inbox.Entry{}, b.fail(ctx, "get", requestID, err)
+		return inbox.Entry{}, b.fail(ctx, "get", key, err)
 	}
 	return e, nil
 }
@@ -204,13 +204,13 @@ var errUnchanged = errors.New("no row changed")
 
 // changed returns nil when the UPDATE changed a row, errUnchanged when it changed none, and
 // the classified error when it failed.
-func (b *Inbox) changed(ctx context.Context, op, requestID string, res sql.Result, err error) error {
+func (b *Inbox) changed(ctx context.Context, op, key string, res sql.Result, err error) error {
 	if err != nil {
-		return b.fail(ctx, op, requestID, err)
+		return b.fail(ctx, op, key, err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return b.fail(ctx, op, requestID, err)
+		return b.fail(ctx, op, key, err)
 	}
 	if n == 0 {
 		return errUnchanged
@@ -220,24 +220,24 @@ func (b *Inbox) changed(ctx context.Context, op, requestID string, res sql.Resul
 
 // changedOrExists is changed for updates that are no-ops on entries in a final state: an
 // unchanged row is fine when the entry exists, ErrNotFound when it does not.
-func (b *Inbox) changedOrExists(ctx context.Context, op, requestID string, res sql.Result, err error) error {
-	if err := b.changed(ctx, op, requestID, res, err); !errors.Is(err, errUnchanged) {
+func (b *Inbox) changedOrExists(ctx context.Context, op, key string, res sql.Result, err error) error {
+	if err := b.changed(ctx, op, key, res, err); !errors.Is(err, errUnchanged) {
 		return err
 	}
-	status, _, err := b.status(ctx, b.db, requestID)
+	status, _, err := b.status(ctx, b.db, key)
 	switch {
 	case err != nil:
-		return b.fail(ctx, op, requestID, err)
+		return b.fail(ctx, op, key, err)
 	case status == "":
-		return fmt.Errorf("%w: request %s", inbox.ErrNotFound, requestID)
+		return fmt.Errorf("%w: key %s", inbox.ErrNotFound, key)
 	}
 	return nil
 }
 
 // status returns the stored status and reason of an entry, "" when there is none, read
 // through q (the *sql.DB or a transaction).
-func (b *Inbox) status(ctx context.Context, q inbox.SQLTx, requestID string) (status, reason string, err error) {
-	err = q.QueryRowContext(ctx, b.q.status, requestID).Scan(&status, &reason)
+func (b *Inbox) status(ctx context.Context, q inbox.SQLTx, key string) (status, reason string, err error) {
+	err = q.QueryRowContext(ctx, b.q.status, key).Scan(&status, &reason)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", "", nil
 	}
@@ -253,7 +253,7 @@ func scanEntry(row *sql.Row) (inbox.Entry, int, error) {
 		result     []byte
 		redrives   string
 	)
-	err := row.Scan(&e.RequestID, &e.Conversation, &status, &e.Attempts, &deliveries, &result, &e.Reason,
+	err := row.Scan(&e.Key, &e.Conversation, &status, &e.Attempts, &deliveries, &result, &e.Reason,
 		&e.Topic, &e.Partition, &e.Offset, sqldialect.TimeScanner{T: &e.CreatedAt}, sqldialect.TimeScanner{T: &e.UpdatedAt},
 		&redrives)
 	if err != nil {
@@ -280,8 +280,8 @@ func scanEntry(row *sql.Row) (inbox.Entry, int, error) {
 	return e, deliveries, nil
 }
 
-// fail wraps a database error with the operation and request id, classifying
+// fail wraps a database error with the operation and key, classifying
 // infrastructure failures as retryable.
-func (b *Inbox) fail(ctx context.Context, op, requestID string, err error) error {
-	return fmt.Errorf("sqlinbox: %s %s: %w", op, requestID, sqldialect.ClassifyContext(ctx, err))
+func (b *Inbox) fail(ctx context.Context, op, key string, err error) error {
+	return fmt.Errorf("sqlinbox: %s %s: %w", op, key, sqldialect.ClassifyContext(ctx, err))
 }

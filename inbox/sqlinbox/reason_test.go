@@ -19,7 +19,7 @@ func TestReasonBytes(t *testing.T) {
 		t.Run(db.Name, func(t *testing.T) {
 			b, _ := newInbox(t, db, sqlinbox.Options{})
 			ctx := context.Background()
-			_, err := b.Begin(ctx, inbox.Delivery{RequestID: "r1", Conversation: "c", Topic: "t"})
+			_, err := b.Begin(ctx, inbox.Delivery{Key: "r1", Conversation: "c", Topic: "t"})
 			require.NoError(t, err)
 			require.NoError(t, b.MarkDead(ctx, "r1", "model said: \xff\xfe garbage \x00"))
 			e, err := b.Get(ctx, "r1")

@@ -75,8 +75,12 @@ func buildQueries(d *sqldialect.Dialect) queries {
 			WHERE request_id = $1 AND status = 'dead' AND redrives = $4`),
 		get:    d.Query(`SELECT ` + entryCols + ` FROM {p}inbox WHERE request_id = $1`),
 		status: d.Query(`SELECT status, reason FROM {p}inbox WHERE request_id = $1`),
-		// A bounded batch through the partial index; Purge repeats it until a batch comes up short.
-		purge: d.Query(`DELETE FROM {p}inbox WHERE request_id IN (
+		// A bounded batch through the partial index; Purge repeats it until a batch comes up
+		// short. The outer conditions repeat the subquery's: on a row a concurrent Redrive
+		// updated, PostgreSQL re-checks only the DELETE's own WHERE against the new version
+		// (EvalPlanQual, READ COMMITTED), so without them a re-driven entry would go too.
+		purge: d.Query(`DELETE FROM {p}inbox WHERE status IN ('done', 'dead') AND updated_at < $1
+			AND request_id IN (
 				SELECT request_id FROM {p}inbox
 				WHERE status IN ('done', 'dead') AND updated_at < $1
 				LIMIT $2)`),

@@ -5,11 +5,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-go/turnstile/inbox"
@@ -45,7 +47,7 @@ func TestPurgeBatches(t *testing.T) {
 			var live []string
 			for i := range 50 {
 				id := fmt.Sprintf("req-%02d", i)
-				_, err := b.Begin(ctx, inbox.Delivery{RequestID: id, Topic: "t", Offset: int64(i)})
+				_, err := b.Begin(ctx, inbox.Delivery{Key: id, Topic: "t", Offset: int64(i)})
 				require.NoError(t, err)
 				switch {
 				case i < 21: // 21 = 3 full batches: the loop must stop on an empty one
@@ -109,13 +111,13 @@ func TestMembersBeginConcurrently(t *testing.T) {
 						go func() {
 							defer wg.Done()
 							<-start
-							e, err := m.Begin(ctx, inbox.Delivery{RequestID: fmt.Sprintf("r%d", r), Topic: "t"})
+							e, err := m.Begin(ctx, inbox.Delivery{Key: fmt.Sprintf("r%d", r), Topic: "t"})
 							mu.Lock()
 							defer mu.Unlock()
 							if err != nil {
 								errs = append(errs, err)
 							} else if e.Status == inbox.StatusNew {
-								news[e.RequestID]++
+								news[e.Key]++
 							}
 						}()
 					}
@@ -151,13 +153,109 @@ func TestSQLiteBusyIsRetryable(t *testing.T) {
 	defer holder.Close()
 	_, err = holder.ExecContext(ctx, "BEGIN IMMEDIATE")
 	require.NoError(t, err)
-	_, err = b.Begin(ctx, inbox.Delivery{RequestID: "r1"})
+	_, err = b.Begin(ctx, inbox.Delivery{Key: "r1"})
 	require.Error(t, err)
 	var r interface{ Retryable() bool }
 	require.True(t, errors.As(err, &r) && r.Retryable(), "not retryable: %v", err)
 	require.NotErrorIs(t, err, inbox.ErrInvalid)
 	_, err = holder.ExecContext(ctx, "ROLLBACK")
 	require.NoError(t, err)
-	_, err = b.Begin(ctx, inbox.Delivery{RequestID: "r1"})
+	_, err = b.Begin(ctx, inbox.Delivery{Key: "r1"})
 	require.NoError(t, err)
+}
+
+// TestPurgeSparesAnEntryRedrivenMeanwhile: a dead entry older than the cutoff that a Redrive
+// makes runnable while Purge waits for its row lock is kept. PostgreSQL re-checks only the
+// DELETE's own WHERE on a row updated under it (EvalPlanQual, READ COMMITTED), not a subquery
+// that picked the row from the older snapshot, so Purge must repeat the conditions there.
+func TestPurgeSparesAnEntryRedrivenMeanwhile(t *testing.T) {
+	t.Parallel()
+	b, db := newInbox(t, sqltest.PostgresDB, sqlinbox.Options{})
+	ctx := context.Background()
+	const id = "req-dead"
+	_, err := b.Begin(ctx, inbox.Delivery{Key: id, Topic: "t"})
+	require.NoError(t, err)
+	require.NoError(t, b.MarkDead(ctx, id, "poison"))
+	dead, err := b.Get(ctx, id)
+	require.NoError(t, err)
+	cutoff := dead.UpdatedAt.Add(time.Millisecond)
+
+	// An operator's Redrive holds the row: the statement inbox.Redrive runs, left uncommitted.
+	tx, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer tx.Rollback()
+	_, err = tx.ExecContext(ctx, fmt.Sprintf(`UPDATE %sinbox SET status = 'in_progress', attempts = 0, reason = '',
+		redrives = '[{"reason":"poison","attempts":1,"at":"2026-01-01T00:00:00Z"}]', updated_at = $2
+		WHERE request_id = $1 AND status = 'dead'`, b.TablePrefix()), id, cutoff.Add(time.Hour))
+	require.NoError(t, err)
+
+	purged := make(chan int64, 1)
+	go func() {
+		n, err := b.Purge(ctx, cutoff)
+		if err != nil {
+			n = -1
+		}
+		purged <- n
+	}()
+	// Wait until the purge blocks on the row, then let the Redrive commit.
+	sqltest.WaitForLockWait(t, db, "DELETE FROM "+b.TablePrefix()+"inbox")
+	require.NoError(t, tx.Commit())
+
+	require.Zero(t, <-purged, "the re-driven entry is no longer dead: nothing to purge")
+	e, err := b.Get(ctx, id)
+	require.NoError(t, err, "the re-driven entry survived the purge")
+	require.Equal(t, inbox.StatusInProgress, e.Status)
+	require.Len(t, e.Redrives, 1)
+}
+
+// TestLocationNamesTheTablesWhateverTheDSN: the same tables reached through differently spelled
+// DSNs (a symlinked, relative or dotted SQLite path; a PostgreSQL URL or keyword/value string)
+// have one Location, which a replay compares to refuse production's stores; other tables have
+// another.
+func TestLocationNamesTheTablesWhateverTheDSN(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	location := func(driver, dsn string, d sqlinbox.Dialect, prefix string) string {
+		t.Helper()
+		db, err := sql.Open(driver, dsn)
+		require.NoError(t, err)
+		defer db.Close()
+		b, err := sqlinbox.New(db, d, sqlinbox.Options{TablePrefix: prefix, Concurrency: -1})
+		require.NoError(t, err)
+		loc, err := b.Location(ctx)
+		require.NoError(t, err, dsn)
+		return loc
+	}
+
+	dir := t.TempDir()
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "data"), 0o755))
+	require.NoError(t, os.Symlink(filepath.Join(dir, "data"), filepath.Join(dir, "link")))
+	file := filepath.Join(dir, "data", "svc.db")
+	wd, err := os.Getwd()
+	require.NoError(t, err)
+	rel, err := filepath.Rel(wd, file)
+	require.NoError(t, err)
+	want := location("sqlite", "file:"+file, sqlinbox.SQLite, "")
+	require.Contains(t, want, "svc.db")
+	for _, dsn := range []string{file, "file:" + filepath.Join(dir, "link", "svc.db"), "file:" + dir + "/data/../data/./svc.db",
+		"file:" + rel + "?_pragma=busy_timeout(5000)"} {
+		require.Equal(t, want, location("sqlite", dsn, sqlinbox.SQLite, ""), dsn)
+	}
+	require.NotEqual(t, want, location("sqlite", "file:"+filepath.Join(dir, "other.db"), sqlinbox.SQLite, ""))
+	require.NotEqual(t, want, location("sqlite", "file:"+file, sqlinbox.SQLite, "sandbox_"))
+	require.Empty(t, location("sqlite", ":memory:", sqlinbox.SQLite, ""), "an in-memory database is nobody else's")
+
+	sqltest.Postgres(t) // skips, or fails under CI, without PostgreSQL
+	cfg, err := pgconn.ParseConfig(sqltest.PostgresDSN())
+	require.NoError(t, err)
+	if cfg.TLSConfig != nil {
+		t.Skip("the keyword/value spelling below is for a server without TLS")
+	}
+	kv := fmt.Sprintf("host=%s port=%d user=%s dbname=%s sslmode=disable application_name=sandbox", cfg.Host, cfg.Port, cfg.User, cfg.Database)
+	if cfg.Password != "" {
+		kv += " password=" + cfg.Password
+	}
+	pgWant := location("pgx", sqltest.PostgresDSN(), sqlinbox.PostgreSQL, "")
+	require.Equal(t, pgWant, location("pgx", kv, sqlinbox.PostgreSQL, ""))
+	require.NotEqual(t, pgWant, location("pgx", kv, sqlinbox.PostgreSQL, "sandbox_"))
 }

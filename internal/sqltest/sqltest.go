@@ -208,3 +208,26 @@ var (
 	// DBs lists them all.
 	DBs = []DB{SQLiteFileDB, SQLiteMemoryDB, PostgresDB}
 )
+
+// WaitForLockWait waits until a PostgreSQL session is waiting for a lock while it runs a
+// statement that starts with prefix (say "DELETE FROM t1234_inbox"), and fails the test after a
+// minute: a test that holds a row lock in a transaction uses it to know the statement it
+// races is blocked on that row before it commits.
+func WaitForLockWait(t testing.TB, db *sql.DB, prefix string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var waiting int
+		err := db.QueryRow(`SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND starts_with(query, $1)`, prefix).Scan(&waiting)
+		switch {
+		case err != nil:
+			t.Fatalf("sqltest: read pg_stat_activity: %v", err)
+		case waiting > 0:
+			return
+		case time.Now().After(deadline):
+			t.Fatalf("sqltest: no statement starting with %q waited for a lock within a minute", prefix)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -54,7 +54,7 @@ func joinCompletion(b inbox.TxCompleter, requestID string, result []byte) sessio
 func beginNew(t *testing.T, b inbox.Inbox, key session.Key) string {
 	t.Helper()
 	id := "req-" + randID(t)
-	e, err := b.Begin(context.Background(), inbox.Delivery{RequestID: id, Conversation: key.Conversation, Topic: "requests", Offset: 1})
+	e, err := b.Begin(context.Background(), inbox.Delivery{Key: id, Conversation: key.Conversation, Topic: "requests", Offset: 1})
 	require.NoError(t, err)
 	require.Equal(t, inbox.StatusNew, e.Status)
 	return id

@@ -172,7 +172,7 @@ func interleave(total, round int, runs []func(n int) error) ([]time.Duration, er
 const modelTime = time.Millisecond
 
 func oneTurn(ctx context.Context, store *sqlsession.Store, ib *sqlinbox.Inbox, key session.Key, req string, joint bool) error {
-	e, err := ib.Begin(ctx, inbox.Delivery{RequestID: req, Conversation: key.Conversation, Topic: "requests", Offset: 1})
+	e, err := ib.Begin(ctx, inbox.Delivery{Key: req, Conversation: key.Conversation, Topic: "requests", Offset: 1})
 	if err != nil {
 		return err
 	}

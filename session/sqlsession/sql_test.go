@@ -397,3 +397,44 @@ func mustAppendN(t testing.TB, s session.Store, key session.Key, v int64, tr ses
 	require.NoError(t, err)
 	return ap
 }
+
+// TestDeleteIdleSparesASessionActiveMeanwhile: an idle session that a turn updates while
+// DeleteIdle waits for its row lock is kept: PostgreSQL re-checks the DELETE's own WHERE on
+// the updated row (EvalPlanQual, READ COMMITTED), which must therefore say "idle" itself.
+func TestDeleteIdleSparesASessionActiveMeanwhile(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t, sqltest.PostgresDB)
+	ctx := context.Background()
+	k := newKey(t)
+	_, err := s.Create(ctx, k, nil)
+	require.NoError(t, err)
+	_, err = s.Append(ctx, k, 0, turnOf("req-1", 1))
+	require.NoError(t, err)
+	idle, err := s.Get(ctx, k, 0)
+	require.NoError(t, err)
+	cutoff := idle.UpdatedAt.Add(time.Millisecond)
+
+	// A turn of the session holds its row: the update of its append, not committed yet.
+	tx, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer tx.Rollback()
+	_, err = tx.ExecContext(ctx, fmt.Sprintf(`UPDATE %ssessions SET version = version + 1, updated_at = $3
+		WHERE app = $1 AND conversation = $2`, s.TablePrefix()), k.App, k.Conversation, cutoff.Add(time.Hour))
+	require.NoError(t, err)
+
+	deleted := make(chan int64, 1)
+	go func() {
+		n, err := s.DeleteIdle(ctx, k.App, cutoff)
+		if err != nil {
+			n = -1
+		}
+		deleted <- n
+	}()
+	sqltest.WaitForLockWait(t, db, "DELETE FROM "+s.TablePrefix()+"sessions")
+	require.NoError(t, tx.Commit())
+
+	require.Zero(t, <-deleted, "the session became active: not idle")
+	sess, err := s.Get(ctx, k, 10)
+	require.NoError(t, err, "the active session survived")
+	require.EqualValues(t, 2, sess.Version)
+}

@@ -40,7 +40,13 @@
 //	HTTP 429                      turn.RetryAfter(d, err): pause, no attempt spent. d comes
 //	                              from retry-after-ms, else Retry-After (delay-seconds or an
 //	                              HTTP-date, RFC 9110 section 10.2.3); 0 when absent, which
-//	                              leaves the delay to the consumer's backoff.
+//	                              leaves the delay to the consumer's backoff. The consumer
+//	                              dead-letters a request rate limited too often
+//	                              (consumer.Config.MaxRateLimits).
+//	HTTP 429 "Request too large"  turn.Permanent(err): the request alone exceeds a per-minute
+//	                              limit (tokens per min), so no wait lets it through
+//	HTTP 429 insufficient_quota   plain error: a failed attempt; waiting does not restore a
+//	                              spent quota
 //	HTTP 408, 409                 plain error: a failed attempt (timeout; conflict, which
 //	                              OpenAI's SDKs retry too)
 //	other HTTP 4xx                turn.Permanent(err): dead-lettered at once. A 4xx that says

@@ -60,8 +60,17 @@ func (c *Client) mapError(ctx context.Context, err error, raw *http.Response) er
 	if resp == nil { // not from the SDK's HTTP path; nothing more to read
 		resp = &http.Response{StatusCode: apiErr.StatusCode, Header: http.Header{}}
 	}
-	err = fmt.Errorf("chatcompletion: model %s: %w%s", c.cfg.Model, err, serverMessage(apiErr, resp))
+	msg := serverMessage(apiErr, resp)
+	err = fmt.Errorf("chatcompletion: model %s: %w%s", c.cfg.Model, err, msg)
 	switch status := apiErr.StatusCode; {
+	case status == http.StatusTooManyRequests && tooLargeForLimit(msg):
+		// "Request too large for gpt-4o on tokens per min (TPM): Limit 30000, Requested
+		// 42000": the request alone is over the per-minute limit, so no wait lets it through.
+		return turn.Permanent(err)
+	case status == http.StatusTooManyRequests && quotaExhausted(apiErr):
+		// "You exceeded your current quota": no wait restores it either; the attempts run
+		// out and the request is dead-lettered, to be re-driven once billing is sorted.
+		return err
 	case status == http.StatusTooManyRequests:
 		return turn.RetryAfter(RetryAfter(resp.Header, time.Now()), err)
 	case status == http.StatusServiceUnavailable:
@@ -80,6 +89,18 @@ func (c *Client) mapError(ctx context.Context, err error, raw *http.Response) er
 		return turn.Permanent(err)
 	}
 	return err
+}
+
+// tooLargeForLimit reports a 429 whose message says the request by itself exceeds a
+// per-minute limit (OpenAI's "Request too large for MODEL ... on tokens per min (TPM)";
+// Azure OpenAI and other compatible servers quote the same text).
+func tooLargeForLimit(msg string) bool {
+	return strings.Contains(strings.ToLower(msg), "request too large")
+}
+
+// quotaExhausted reports OpenAI's 429 for a spent quota (type or code "insufficient_quota").
+func quotaExhausted(apiErr *openai.Error) bool {
+	return apiErr.Type == "insufficient_quota" || apiErr.Code == "insufficient_quota"
 }
 
 // notSent reports a failure to reach the server at all (connection refused, no such host), as

@@ -101,6 +101,9 @@ func (b *inboxes) Purge(ctx context.Context, before time.Time) (int64, error) {
 // CheckConcurrency passes the Runner's question on to the inbox (turn.Runner.CheckConcurrency).
 func (b *inboxes) CheckConcurrency(n int) error { return checkConcurrency(b.ib, n) }
 
+// Location returns the wrapped inbox's Location, "" when it has none.
+func (b *inboxes) Location(ctx context.Context) (string, error) { return location(ctx, b.ib) }
+
 type txInbox struct {
 	*inboxes
 	tx inbox.TxCompleter

@@ -230,6 +230,9 @@ func (s *sessions) Delete(ctx context.Context, key session.Key) error {
 // CheckConcurrency passes the Runner's question on to the store (turn.Runner.CheckConcurrency).
 func (s *sessions) CheckConcurrency(n int) error { return checkConcurrency(s.s, n) }
 
+// Location returns the wrapped store's Location, "" when it has none.
+func (s *sessions) Location(ctx context.Context) (string, error) { return location(ctx, s.s) }
+
 // ignoreNotFound keeps an expected miss (a new conversation, a turn not stored yet) from
 // marking its span as failed.
 func ignoreNotFound(err error) error {
@@ -237,6 +240,18 @@ func ignoreNotFound(err error) error {
 		return nil
 	}
 	return err
+}
+
+// location is v's Location (session/sqlsession's and inbox/sqlinbox's name their tables),
+// "" when v has none. A replay (consumer.Replay) compares it with production's stores', so a
+// store wrapped here is still recognised.
+func location(ctx context.Context, v any) (string, error) {
+	if l, ok := v.(interface {
+		Location(ctx context.Context) (string, error)
+	}); ok {
+		return l.Location(ctx)
+	}
+	return "", nil
 }
 
 func checkConcurrency(v any, n int) error {

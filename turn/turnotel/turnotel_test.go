@@ -69,3 +69,36 @@ func TestRunnerKeepsTheJointTransaction(t *testing.T) {
 		})
 	}
 }
+
+// Wrapped stores keep the Location of the stores they wrap, which a replay compares with
+// production's stores to refuse writing there; a store without one gives "".
+func TestWrappedStoresKeepTheirLocation(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := sqltest.SQLiteFile(t)
+	sessions, err := sqlsession.New(db, sqlsession.SQLite, sqlsession.Options{})
+	require.NoError(t, err)
+	ib, err := sqlinbox.New(db, sqlinbox.SQLite, sqlinbox.Options{})
+	require.NoError(t, err)
+	o := turnotel.Options{TracerProvider: sdktrace.NewTracerProvider()}
+	type locator interface {
+		Location(ctx context.Context) (string, error)
+	}
+	for name, pair := range map[string][2]any{
+		"sessions": {sessions, turnotel.Sessions(sessions, o)},
+		"inbox":    {ib, turnotel.Inbox(ib, o)},
+	} {
+		require.NotSame(t, pair[0], pair[1], "%s: wrapped", name)
+		want, err := pair[0].(locator).Location(ctx)
+		require.NoError(t, err)
+		require.NotEmpty(t, want)
+		wrapped, ok := pair[1].(locator)
+		require.True(t, ok, name)
+		got, err := wrapped.Location(ctx)
+		require.NoError(t, err)
+		require.Equal(t, want, got, name)
+	}
+	loc, err := turnotel.Inbox(inbox.NewMemoryInbox(), o).(locator).Location(ctx)
+	require.NoError(t, err)
+	require.Empty(t, loc)
+}

@@ -11,6 +11,8 @@ import (
 	"github.com/turnstile-go/turnstile/session"
 )
 
+// testRoundTrip: what a Store is given comes back byte for byte: state, data, text in any
+// script, times to the microsecond in UTC, empty fields.
 func testRoundTrip(t *testing.T, s session.Store) {
 	ctx := context.Background()
 	key := newKey(t)
@@ -87,90 +89,4 @@ func testNoAliasing(t *testing.T, s session.Store) {
 	for _, e := range all.Events {
 		require.NotEqual(t, "appended-by-caller", e.ID, "a caller's append reached the store")
 	}
-}
-
-func testDelete(t *testing.T, s session.Store) {
-	ctx := context.Background()
-	key := newKey(t)
-	create(t, s, key, json.RawMessage(`"old"`))
-	mustAppend(t, s, key, 0, turn("r1", 2))
-	other := newKey(t)
-	create(t, s, other, nil)
-	mustAppend(t, s, other, 0, turn("r1", 1))
-
-	require.NoError(t, s.Delete(ctx, key))
-	_, err := s.Get(ctx, key, 10)
-	require.ErrorIs(t, err, session.ErrNotFound)
-	_, err = s.FindTurn(ctx, key, "r1")
-	require.ErrorIs(t, err, session.ErrNotFound)
-	_, err = s.Append(ctx, key, 1, turn("r2", 1))
-	require.ErrorIs(t, err, session.ErrNotFound)
-	require.ErrorIs(t, s.Delete(ctx, key), session.ErrNotFound, "a second Delete")
-
-	// The history went with the session: a new session under the key starts empty.
-	again := create(t, s, key, nil)
-	require.Zero(t, again.Version)
-	got := get(t, s, key, 10)
-	require.Zero(t, got.EventCount)
-	require.Empty(t, got.Events)
-	require.Nil(t, got.State)
-	_, err = s.FindTurn(ctx, key, "r1")
-	require.ErrorIs(t, err, session.ErrNotFound, "the old turn is gone")
-	mustAppend(t, s, key, 0, turn("r1", 1))
-
-	require.EqualValues(t, 1, get(t, s, other, 10).EventCount, "Delete touches one session")
-}
-
-// testAppsIsolated: (app, conversation) is the unit; one conversation id in two apps is two
-// sessions, with owners of their own.
-func testAppsIsolated(t *testing.T, s session.Store) {
-	ctx := context.Background()
-	a := newKey(t)
-	b := session.Key{App: "other-" + a.App, User: "user-" + randID(t), Conversation: a.Conversation}
-	create(t, s, a, json.RawMessage(`"a"`))
-	create(t, s, b, json.RawMessage(`"b"`))
-	sameUser := b
-	sameUser.User = a.User
-	_, err := s.Get(ctx, sameUser, 0)
-	require.ErrorIs(t, err, session.ErrOwnerMismatch, "b's owner is b's user, whatever a's is")
-
-	mustAppend(t, s, a, 0, turn("r1", 2))
-	gb := get(t, s, b, 10)
-	require.Zero(t, gb.Version)
-	require.Empty(t, gb.Events)
-	require.Equal(t, `"b"`, string(gb.State))
-	_, err = s.FindTurn(ctx, b, "r1")
-	require.ErrorIs(t, err, session.ErrNotFound)
-
-	mustAppend(t, s, b, 0, turn("r1", 1))
-	require.NoError(t, s.Delete(ctx, a))
-	gb = get(t, s, b, 10)
-	require.EqualValues(t, 1, gb.Version)
-	require.Len(t, gb.Events, 1)
-}
-
-func testCancelledContext(t *testing.T, s session.Store) {
-	key := newKey(t)
-	create(t, s, key, json.RawMessage(`"s"`))
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-
-	_, err := s.Get(ctx, key, 10)
-	require.Error(t, err, "Get")
-	fresh := newKey(t)
-	_, err = s.Create(ctx, fresh, nil)
-	require.Error(t, err, "Create")
-	tr := turn("r1", 1)
-	tr.State = json.RawMessage(`"changed"`)
-	_, err = s.Append(ctx, key, 0, tr)
-	require.Error(t, err, "Append")
-	_, err = s.FindTurn(ctx, key, "r1")
-	require.Error(t, err, "FindTurn")
-	require.Error(t, s.Delete(ctx, key), "Delete")
-
-	got := get(t, s, key, 10)
-	require.Zero(t, got.Version, "a cancelled Append writes nothing")
-	require.Equal(t, `"s"`, string(got.State))
-	_, err = s.Get(context.Background(), fresh, 0)
-	require.ErrorIs(t, err, session.ErrNotFound, "a cancelled Create writes nothing")
 }

@@ -1,0 +1,324 @@
+package chaos
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Figures are a run's counts: what was done to it and what the checker found.
+type Figures struct {
+	Requests      int // valid requests produced, poison ones included
+	Conversations int
+	Invalid       int // records that are not requests
+	Poison        int // requests whose model call kills its member
+	Members       int
+
+	Kills       int // kill -9 of a member
+	Terms       int // SIGTERM of a member
+	DBKills     int // rounds of pg_terminate_backend
+	ConnsKilled int // connections those rounds ended
+	Restarts    int // broker restarts
+	Bursts      int // 429 bursts
+	Crashes     int // member exits by a poison request
+	MemberFails int // member exits the run did not cause (an error from Run, say)
+
+	ResultRecords int // records on the results topic (a request's result may repeat)
+	Turns         int // turns in the session histories
+	Refunds       int // refund rows; RefundCalls counts the calls the idempotent service took
+	RefundCalls   int
+
+	Lost                 int
+	DuplicateTurns       int
+	OrderViolations      int
+	ContextMisses        int
+	DuplicateSideEffects int
+	DeadLetters          int // distinct records dead-lettered
+	ValidDeadLetters     int // valid requests, not poison, among them
+	Other                int // the checks with no figure of their own: see Failures
+
+	Elapsed time.Duration
+	Seed    uint64
+
+	// Failures lists the checks that failed, each with up to three examples. Empty means
+	// the run passed.
+	Failures []string
+}
+
+// Line returns the figures on one line, as RELIABILITY.md records them.
+func (f *Figures) Line() string {
+	return fmt.Sprintf("requests=%d conversations=%d invalid=%d poison=%d members=%d kills=%d sigterms=%d db_kills=%d (connections=%d) restarts=%d bursts=%d poison_crashes=%d member_failures=%d "+
+		"results=%d turns=%d refunds=%d refund_calls=%d "+
+		"lost=%d duplicate_turns=%d order_violations=%d context_misses=%d duplicate_side_effects=%d dead_letters=%d valid_dead_letters=%d other_failures=%d elapsed=%s seed=%d",
+		f.Requests, f.Conversations, f.Invalid, f.Poison, f.Members, f.Kills, f.Terms, f.DBKills, f.ConnsKilled, f.Restarts, f.Bursts, f.Crashes, f.MemberFails,
+		f.ResultRecords, f.Turns, f.Refunds, f.RefundCalls,
+		f.Lost, f.DuplicateTurns, f.OrderViolations, f.ContextMisses, f.DuplicateSideEffects, f.DeadLetters, f.ValidDeadLetters, f.Other,
+		f.Elapsed.Round(100*time.Millisecond), f.Seed)
+}
+
+// OK reports whether every check passed.
+func (f *Figures) OK() bool { return len(f.Failures) == 0 }
+
+// problems collects the failures of one check with a few examples.
+type problems struct {
+	n        int
+	examples []string
+}
+
+func (p *problems) add(format string, args ...any) {
+	p.n++
+	if len(p.examples) < 3 {
+		p.examples = append(p.examples, fmt.Sprintf(format, args...))
+	}
+}
+
+// envelope is the part of a request or result the checker reads, decoded with encoding/json
+// on its own rather than with turn's decoder.
+type envelope struct {
+	RequestID      string `json:"request_id"`
+	ConversationID string `json:"conversation_id"`
+	Text           string `json:"text"`
+}
+
+// outcomes tallies the records on the results and dead-letter topics against the workload.
+type outcomes struct {
+	w            *workload
+	byValue      map[string]string   // record value -> request id
+	results      map[string][]string // request id -> texts of its result records
+	dead         map[string]bool     // request ids dead-lettered
+	reasons      map[string]string   // request id -> the reason and attempts headers of its dead letter
+	records      int                 // result records
+	strayResults problems            // a result that names no request of the workload, or under another key
+	strayDead    problems            // a dead letter that is no record of the workload
+}
+
+func newOutcomes(w *workload) *outcomes {
+	o := &outcomes{w: w, byValue: make(map[string]string, len(w.order)),
+		results: make(map[string][]string), dead: make(map[string]bool), reasons: make(map[string]string)}
+	for _, it := range w.order {
+		o.byValue[string(it.value)] = it.id
+	}
+	return o
+}
+
+func (o *outcomes) addResult(r *kgo.Record) {
+	o.records++
+	var env envelope
+	if err := json.Unmarshal(r.Value, &env); err != nil {
+		o.strayResults.add("offset %d of partition %d: not JSON: %v", r.Offset, r.Partition, err)
+		return
+	}
+	it, ok := o.w.byID[env.RequestID]
+	if !ok || string(r.Key) != it.conv || env.ConversationID != it.conv {
+		o.strayResults.add("result of %q under key %q, conversation %q", env.RequestID, r.Key, env.ConversationID)
+		return
+	}
+	o.results[env.RequestID] = append(o.results[env.RequestID], env.Text)
+}
+
+func (o *outcomes) addDead(r *kgo.Record) {
+	id, ok := o.byValue[string(r.Value)]
+	if !ok {
+		o.strayDead.add("dead letter at offset %d of partition %d: %.80q", r.Offset, r.Partition, r.Value)
+		return
+	}
+	o.dead[id] = true
+	var reason, attempts string
+	for _, h := range r.Headers {
+		switch h.Key {
+		case "reason":
+			reason = string(h.Value)
+		case "attempts":
+			attempts = string(h.Value)
+		}
+	}
+	o.reasons[id] = fmt.Sprintf("%q after %s attempts", reason, attempts)
+}
+
+// settled counts the workload's records that have an outcome: a result or a dead letter.
+func (o *outcomes) settled() int {
+	n := 0
+	for _, it := range o.w.order {
+		if len(o.results[it.id]) > 0 || o.dead[it.id] {
+			n++
+		}
+	}
+	return n
+}
+
+// turnRow is one event of a session history.
+type turnRow struct {
+	conv, requestID, author, body string
+}
+
+// check reads the topics and the tables and fills in f's checks.
+func check(ctx context.Context, cfg *Config, brokers []string, db *sql.DB, prefix string, w *workload, f *Figures) error {
+	o := newOutcomes(w)
+	results, err := readTopic(ctx, brokers, topicResults, int32(cfg.Partitions))
+	if err != nil {
+		return err
+	}
+	for _, r := range results {
+		o.addResult(r)
+	}
+	dead, err := readTopic(ctx, brokers, topicDeadLetters, dlqPartitions)
+	if err != nil {
+		return err
+	}
+	for _, r := range dead {
+		o.addDead(r)
+	}
+	f.ResultRecords = o.records
+
+	rows, err := db.QueryContext(ctx, `SELECT s.conversation, e.request_id, e.author, e.body
+		FROM `+prefix+`events e JOIN `+prefix+`sessions s ON s.id = e.session_id
+		ORDER BY s.conversation, e.seq`)
+	if err != nil {
+		return fmt.Errorf("read histories: %w", err)
+	}
+	var events []turnRow
+	for rows.Next() {
+		var e turnRow
+		if err := rows.Scan(&e.conv, &e.requestID, &e.author, &e.body); err != nil {
+			rows.Close()
+			return fmt.Errorf("read histories: %w", err)
+		}
+		events = append(events, e)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read histories: %w", err)
+	}
+	refunds := map[string]int{}
+	rows, err = db.QueryContext(ctx, `SELECT request_id, calls FROM `+prefix+`chaos_refunds`)
+	if err != nil {
+		return fmt.Errorf("read refunds: %w", err)
+	}
+	for rows.Next() {
+		var id string
+		var calls int
+		if err := rows.Scan(&id, &calls); err != nil {
+			rows.Close()
+			return fmt.Errorf("read refunds: %w", err)
+		}
+		refunds[id]++
+		f.Refunds++
+		f.RefundCalls += calls
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read refunds: %w", err)
+	}
+
+	judge(w, o, events, refunds, f)
+	return nil
+}
+
+// judge fills in f's checks from what was read: the outcomes on the topics, the events of
+// every session (by conversation, oldest first) and the refund rows per request id.
+func judge(w *workload, o *outcomes, events []turnRow, refunds map[string]int, f *Figures) {
+	var lost, dup, order, miss, sideDup, validDead, foreign, noRefund problems
+	turns, replies := histories(events, w, &order, &miss, &foreign)
+	for id, n := range turns {
+		f.Turns += n
+		if n > 1 {
+			dup.add("request %s: %d turns in its session", id, n)
+		}
+	}
+	for id, n := range refunds {
+		if n > 1 {
+			sideDup.add("request %s: %d refunds", id, n)
+		}
+	}
+	for _, it := range w.order {
+		if o.dead[it.id] {
+			f.DeadLetters++
+		}
+		switch it.kind {
+		case kindInvalid, kindPoison:
+			if !o.dead[it.id] {
+				lost.add("%s record %s of %s: not dead-lettered", map[kind]string{kindInvalid: "invalid", kindPoison: "poison"}[it.kind], it.id, it.conv)
+			}
+			continue
+		}
+		texts := o.results[it.id]
+		switch {
+		case o.dead[it.id]:
+			validDead.add("request %s (%s #%d) dead-lettered: %s", it.id, it.conv, it.n, o.reasons[it.id])
+		case len(texts) == 0:
+			lost.add("request %s (%s #%d): no result", it.id, it.conv, it.n)
+		case turns[it.id] == 0:
+			lost.add("request %s (%s #%d): a result but no turn in its session", it.id, it.conv, it.n)
+		}
+		for _, t := range texts {
+			if turns[it.id] > 0 && t != replies[it.id] {
+				dup.add("request %s: a result %q differs from the turn stored %q", it.id, t, replies[it.id])
+				break
+			}
+		}
+		if turns[it.id] > 0 && refunds[it.id] == 0 {
+			noRefund.add("request %s: a turn but no refund", it.id)
+		}
+	}
+
+	f.Lost, f.DuplicateTurns, f.OrderViolations, f.ContextMisses = lost.n, dup.n, order.n, miss.n
+	f.DuplicateSideEffects, f.ValidDeadLetters = sideDup.n, validDead.n
+	f.Other = foreign.n + noRefund.n + o.strayResults.n + o.strayDead.n
+	for _, c := range []struct {
+		name string
+		p    *problems
+	}{
+		{"lost", &lost}, {"duplicate turns", &dup}, {"order violations", &order}, {"context misses", &miss},
+		{"duplicate side effects", &sideDup}, {"valid requests dead-lettered", &validDead},
+		{"turns of no valid request", &foreign}, {"turns without their refund", &noRefund},
+		{"stray results", &o.strayResults}, {"stray dead letters", &o.strayDead},
+	} {
+		if c.p.n > 0 {
+			f.Failures = append(f.Failures, fmt.Sprintf("%s: %d (%s)", c.name, c.p.n, strings.Join(c.p.examples, "; ")))
+		}
+	}
+}
+
+// histories walks each conversation's history, oldest first. It counts the turns of each
+// request id and keeps each one's reply; it checks that the turns follow the produced order
+// and that each reply quotes the user message before it in the history.
+func histories(events []turnRow, w *workload, order, miss, foreign *problems) (turns map[string]int, replies map[string]string) {
+	turns, replies = map[string]int{}, map[string]string{}
+	var (
+		conv, prevText string
+		prevN          int
+	)
+	for i := 0; i < len(events); {
+		e := events[i]
+		if e.conv != conv {
+			conv, prevText, prevN = e.conv, "", 0
+		}
+		// A turn is the run of events of one request id: the user's message, then the reply.
+		j := i + 1
+		for j < len(events) && events[j].conv == conv && events[j].requestID == e.requestID {
+			j++
+		}
+		turn := events[i:j]
+		i = j
+		turns[e.requestID]++
+		it, ok := w.byID[e.requestID]
+		if !ok || it.kind != kindValid || it.conv != conv || len(turn) != 2 || turn[0].author != "user" || turn[0].body != userText(conv, it.n, false) {
+			foreign.add("conversation %s: a turn of %s that is no valid request of it (%d events)", conv, e.requestID, len(turn))
+			continue
+		}
+		replies[e.requestID] = turn[1].body
+		if it.n <= prevN {
+			order.add("conversation %s: #%d after #%d", conv, it.n, prevN)
+		}
+		if want := replyText(turn[0].body, prevText); turn[1].body != want {
+			miss.add("conversation %s #%d: replied %q, want %q", conv, it.n, turn[1].body, want)
+		}
+		prevText, prevN = turn[0].body, it.n
+	}
+	return turns, replies
+}

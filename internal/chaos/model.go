@@ -1,0 +1,135 @@
+package chaos
+
+import (
+	"context"
+	"database/sql"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/turnstile-go/turnstile/session"
+	"github.com/turnstile-go/turnstile/turn"
+)
+
+// modelFaults are the faults the fake model injects by itself.
+type modelFaults struct {
+	Seed uint64
+	// SlowShare of the requests sleep up to SlowMax; FailShare fail their first attempt.
+	SlowShare, FailShare float64
+	SlowMax              time.Duration
+	// BurstLength is how long the model answers 429 after SIGUSR1.
+	BurstLength time.Duration
+}
+
+// fate is what the model does with one request, the same on every member and attempt.
+type fate struct {
+	slow      time.Duration
+	failFirst bool
+}
+
+// fateOf draws the fate of a request from the seed and its id.
+func (f modelFaults) fateOf(requestID string) fate {
+	h := fnv.New64a()
+	_ = binary.Write(h, binary.LittleEndian, f.Seed)
+	h.Write([]byte(requestID))
+	x := h.Sum64()
+	u := func(shift uint) float64 { return float64((x>>shift)&0xffff) / 0x10000 }
+	var out fate
+	if u(0) < f.SlowShare {
+		out.slow = 200*time.Millisecond + time.Duration(u(16)*float64(max(0, f.SlowMax-200*time.Millisecond)))
+	}
+	out.failFirst = u(32) < f.FailShare
+	return out
+}
+
+// poisonSuffix ends the text of a request whose model call kills its member.
+const poisonSuffix = " poison"
+
+// userText is the message of the n-th (1-based) request of a conversation.
+func userText(conv string, n int, poison bool) string {
+	s := fmt.Sprintf("%s #%d", conv, n)
+	if poison {
+		s += poisonSuffix
+	}
+	return s
+}
+
+// replyText is the model's answer to text when the last user message of the history it was
+// given is prev ("" for none). The checker rebuilds it from the stored history: a reply that
+// quotes another message than the one before it in the session is a context miss.
+func replyText(text, prev string) string {
+	if prev == "" {
+		return fmt.Sprintf("re %q; nothing before", text)
+	}
+	return fmt.Sprintf("re %q; before it %q", text, prev)
+}
+
+// refundCall is the tool call id of the model's one side effect per turn.
+const refundCall = "refund"
+
+// model is the fake LLM of the members. Each turn issues a refund through an idempotent
+// service (a PostgreSQL table keyed by the tool key, as a payment API dedups on an
+// idempotency key), then answers by quoting the user's previous message from the history.
+type model struct {
+	db         *sql.DB
+	refund     string
+	faults     modelFaults
+	burstUntil atomic.Int64 // Unix nanoseconds
+}
+
+func newModel(db *sql.DB, prefix string, f modelFaults) *model {
+	return &model{
+		db: db, faults: f,
+		refund: `INSERT INTO ` + prefix + `chaos_refunds AS r (tool_key, request_id, conversation) VALUES ($1, $2, $3)
+			ON CONFLICT (tool_key) DO UPDATE SET calls = r.calls + 1`,
+	}
+}
+
+// burst makes every call for the next BurstLength a rate limit (HTTP 429).
+func (m *model) burst() {
+	m.burstUntil.Store(time.Now().Add(m.faults.BurstLength).UnixNano())
+}
+
+// Respond implements turn.ModelClient.
+func (m *model) Respond(ctx context.Context, in turn.Input) (turn.Output, error) {
+	if time.Now().UnixNano() < m.burstUntil.Load() {
+		return turn.Output{}, turn.RetryAfter(250*time.Millisecond, errors.New("HTTP 429 Too Many Requests (chaos burst)"))
+	}
+	if strings.HasSuffix(in.Request.Text, poisonSuffix) {
+		os.Exit(exitPoison) // the crash loop of G5: every attempt takes its member down
+	}
+	f := m.faults.fateOf(in.Request.ID)
+	if f.slow > 0 {
+		select {
+		case <-time.After(f.slow):
+		case <-ctx.Done():
+			return turn.Output{}, context.Cause(ctx)
+		}
+	}
+	if _, err := m.db.ExecContext(ctx, m.refund, in.ToolKey(refundCall), in.Request.ID, in.Request.ConversationID); err != nil {
+		if ctx.Err() != nil {
+			return turn.Output{}, context.Cause(ctx)
+		}
+		// The refund service is down (a killed connection): not the request's fault.
+		return turn.Output{}, turn.Unavailable(fmt.Errorf("refund service: %w", err))
+	}
+	if f.failFirst && in.Attempt == 1 {
+		return turn.Output{}, errors.New("model: HTTP 500 (chaos failure after the refund)")
+	}
+	return turn.Output{Events: []session.Event{{Author: "assistant", Text: replyText(in.Request.Text, lastUser(in.Session.Events))}}}, nil
+}
+
+// lastUser returns the text of the last user event, or "".
+func lastUser(events []session.Event) string {
+	for i := len(events) - 1; i >= 0; i-- {
+		if events[i].Author == "user" {
+			return events[i].Text
+		}
+	}
+	return ""
+}

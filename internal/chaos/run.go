@@ -1,0 +1,357 @@
+package chaos
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/turnstile-go/turnstile/inbox/sqlinbox"
+	"github.com/turnstile-go/turnstile/session/sqlsession"
+)
+
+// Run runs the chaos suite as cfg says and returns its figures. An error means the run could
+// not be made (no database, a process that would not start, a topic that could not be read);
+// a run that was made but failed a check returns its figures with Failures set and a nil
+// error.
+func Run(ctx context.Context, cfg Config) (*Figures, error) {
+	began := time.Now()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	logw := cfg.Log
+	if logw == nil {
+		logw = io.Discard
+	}
+	var logMu sync.Mutex
+	logf := func(format string, args ...any) {
+		logMu.Lock()
+		defer logMu.Unlock()
+		fmt.Fprintf(logw, "%6.1fs  %s\n", time.Since(began).Seconds(), fmt.Sprintf(format, args...))
+	}
+	rng := mrand.New(mrand.NewPCG(cfg.Seed, 0x6368616f73)) // "chaos"
+
+	db, prefix, err := setupTables(ctx, cfg.DSN)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	if !cfg.KeepTables {
+		defer dropTables(db, prefix)
+	}
+	logf("tables %s* in the database; logs and broker data in %s", prefix, cfg.Dir)
+	w, err := newWorkload(rng, cfg)
+	if err != nil {
+		return nil, err
+	}
+
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	brk := &broker{cfg: &cfg, args: childArgs{Role: "broker", Name: "broker", Port: port, DataDir: filepath.Join(cfg.Dir, "kafka")}}
+	if err := brk.start(ctx); err != nil {
+		return nil, err
+	}
+	defer brk.stop()
+	brokers := []string{brk.addr}
+	if err := createTopics(ctx, brokers, int32(cfg.Partitions)); err != nil {
+		return nil, err
+	}
+	logf("broker at %s; %d records to produce at %d/s", brk.addr, len(w.order), cfg.Rate)
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	appName := strings.TrimSuffix(prefix, "_")
+	slots := make([]*slot, cfg.Members)
+	var supervisors sync.WaitGroup
+	for i := range slots {
+		s := &slot{cfg: &cfg, rng: mrand.New(mrand.NewPCG(cfg.Seed, uint64(i))),
+			stopCh: make(chan struct{}), exited: make(chan struct{}),
+			args: childArgs{Role: "member", Name: fmt.Sprintf("m%d", i+1), Brokers: brokers, DSN: cfg.DSN, AppName: appName,
+				Prefix: prefix, Group: "chaos", Requests: topicRequests, Results: topicResults, DeadLetters: topicDeadLetters,
+				MaxInFlight: cfg.MaxInFlight, Faults: modelFaults{Seed: cfg.Seed, SlowShare: cfg.SlowShare, FailShare: cfg.FailShare,
+					SlowMax: cfg.SlowMax, BurstLength: cfg.BurstLength}}}
+		slots[i] = s
+		supervisors.Go(func() {
+			if err := s.run(runCtx, logf); err != nil {
+				logf("member %s: %v", s.args.Name, err)
+			}
+		})
+	}
+	stopMembers := func() {
+		var wg sync.WaitGroup
+		for _, s := range slots {
+			wg.Go(func() { s.stop(30 * time.Second) })
+		}
+		wg.Wait()
+		supervisors.Wait()
+	}
+	defer stopMembers()
+
+	watch := newWatcher(brokers, w)
+	go watch.run(runCtx)
+
+	f := &Figures{Requests: w.count(kindValid) + w.count(kindPoison), Conversations: cfg.Conversations,
+		Invalid: w.count(kindInvalid), Poison: w.count(kindPoison), Members: cfg.Members, Seed: cfg.Seed}
+	span := time.Duration(float64(len(w.order)) / float64(cfg.Rate) * float64(time.Second))
+	schedule := newSchedule(rng, cfg, span)
+
+	var sent atomic.Int64
+	produced := make(chan error, 1)
+	go func() { produced <- produce(runCtx, brokers, topicRequests, w, cfg.Rate, &sent) }()
+	producing := began
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	progress := func() {
+		logf("produced %d/%d, outcomes %d/%d", sent.Load(), len(w.order), watch.settled(), len(w.order))
+	}
+	start := time.Now()
+	for _, flt := range schedule {
+		if err := sleepUntil(runCtx, start.Add(flt.at), tick.C, progress); err != nil {
+			return nil, err
+		}
+		if err := apply(runCtx, flt, slots, brk, db, appName, f, logf); err != nil {
+			return nil, err
+		}
+	}
+	select {
+	case err := <-produced:
+		if err != nil {
+			return nil, err
+		}
+	case <-runCtx.Done():
+		return nil, runCtx.Err()
+	}
+	logf("all %d records produced in %s; draining", len(w.order), time.Since(producing).Round(time.Second))
+	deadline := time.Now().Add(cfg.DrainTimeout)
+	for watch.settled() < len(w.order) && time.Now().Before(deadline) {
+		if err := sleepUntil(runCtx, time.Now().Add(250*time.Millisecond), tick.C, progress); err != nil {
+			return nil, err
+		}
+	}
+	progress()
+	stopMembers()
+	cancel()
+	for _, s := range slots {
+		s.mu.Lock()
+		f.Crashes += s.poisonExits
+		f.MemberFails += s.errorExits
+		s.mu.Unlock()
+	}
+	logf("members stopped; checking")
+	if err := check(ctx, &cfg, brokers, db, prefix, w, f); err != nil {
+		return nil, err
+	}
+	f.Elapsed = time.Since(began)
+	return f, nil
+}
+
+// apply does one fault of the schedule.
+func apply(ctx context.Context, flt fault, slots []*slot, brk *broker, db *sql.DB, appName string, f *Figures, logf func(string, ...any)) error {
+	switch flt.kind {
+	case faultBroker:
+		logf("%s", flt.kind)
+		if err := brk.restart(ctx); err != nil {
+			return fmt.Errorf("broker restart: %w", err)
+		}
+		f.Restarts++
+		return nil
+	case faultDBKill:
+		var n int
+		// The members' connections are picked first (a materialized CTE), so that the planner
+		// cannot call pg_terminate_backend on any other row.
+		err := db.QueryRowContext(ctx, `WITH members AS MATERIALIZED (
+				SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid())
+			SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM members`, appName).Scan(&n)
+		if err != nil {
+			return fmt.Errorf("kill database connections: %w", err)
+		}
+		logf("%s: %d connections", flt.kind, n)
+		f.DBKills++
+		f.ConnsKilled += n
+		return nil
+	}
+	sig, why, minUp := syscall.SIGKILL, intentKill, 2*time.Second
+	switch flt.kind {
+	case faultTerm:
+		sig, why = syscall.SIGTERM, intentTerm
+	case faultBurst:
+		sig, why, minUp = syscall.SIGUSR1, intentNone, 0
+	}
+	// The slot drawn, or the next one that is up; members restart within seconds.
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		for k := range slots {
+			i := (flt.slot + k) % len(slots)
+			if slots[i].signal(sig, why, minUp) {
+				logf("%s of member m%d", flt.kind, i+1)
+				switch flt.kind {
+				case faultKill:
+					f.Kills++
+				case faultTerm:
+					f.Terms++
+				case faultBurst:
+					f.Bursts++
+				}
+				return nil
+			}
+		}
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	logf("%s: no member up for 30s; skipped", flt)
+	return nil
+}
+
+// sleepUntil waits until t, calling onTick on every tick.
+func sleepUntil(ctx context.Context, t time.Time, tick <-chan time.Time, onTick func()) error {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	for {
+		select {
+		case <-timer.C:
+			return nil
+		case <-tick:
+			onTick()
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// setupTables opens the database and creates the stores' and the refund table under a
+// prefix of the run's own.
+func setupTables(ctx context.Context, dsn string) (*sql.DB, string, error) {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	prefix := "chaos_" + hex.EncodeToString(b[:]) + "_"
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		return nil, "", fmt.Errorf("open %s: %w", dsn, err)
+	}
+	db.SetMaxOpenConns(4)
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := db.PingContext(pctx); err != nil {
+		db.Close()
+		return nil, "", fmt.Errorf("PostgreSQL at %s: %w", dsn, err)
+	}
+	sessions, err := sqlsession.New(db, sqlsession.PostgreSQL, sqlsession.Options{TablePrefix: prefix, Concurrency: -1})
+	if err == nil {
+		err = sessions.Migrate(ctx)
+	}
+	if err != nil {
+		db.Close()
+		return nil, "", err
+	}
+	dedup, err := sqlinbox.New(db, sqlinbox.PostgreSQL, sqlinbox.Options{TablePrefix: prefix, Concurrency: -1})
+	if err == nil {
+		err = dedup.Migrate(ctx)
+	}
+	if err == nil {
+		// The refund service: one row per idempotency key, as a payment API keeps them.
+		_, err = db.ExecContext(ctx, `CREATE TABLE `+prefix+`chaos_refunds (
+			tool_key TEXT PRIMARY KEY,
+			request_id TEXT NOT NULL,
+			conversation TEXT NOT NULL,
+			calls INTEGER NOT NULL DEFAULT 1,
+			created_at TIMESTAMPTZ NOT NULL DEFAULT now())`)
+	}
+	if err != nil {
+		dropTables(db, prefix)
+		db.Close()
+		return nil, "", err
+	}
+	return db, prefix, nil
+}
+
+// dropTables drops every table of the run.
+func dropTables(db *sql.DB, prefix string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rows, err := db.QueryContext(ctx, `SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND starts_with(tablename, $1)`, prefix)
+	if err != nil {
+		return
+	}
+	var names []string
+	for rows.Next() {
+		var n string
+		if rows.Scan(&n) == nil {
+			names = append(names, `"`+n+`"`)
+		}
+	}
+	rows.Close()
+	if len(names) > 0 {
+		_, _ = db.ExecContext(ctx, "DROP TABLE IF EXISTS "+strings.Join(names, ", ")+" CASCADE")
+	}
+}
+
+// freePort returns a TCP port of 127.0.0.1 that was free a moment ago.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// watcher follows the results and dead-letter topics during the run, so that the run knows
+// when every record has its outcome. The checker reads the topics again on its own.
+type watcher struct {
+	brokers []string
+	mu      sync.Mutex
+	o       *outcomes
+	n       atomic.Int64
+}
+
+func newWatcher(brokers []string, w *workload) *watcher {
+	return &watcher{brokers: brokers, o: newOutcomes(w)}
+}
+
+func (wt *watcher) settled() int { return int(wt.n.Load()) }
+
+func (wt *watcher) run(ctx context.Context) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(wt.brokers...), kgo.ConsumeTopics(topicResults, topicDeadLetters),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200*time.Millisecond))
+	if err != nil {
+		return
+	}
+	defer cl.Close()
+	for ctx.Err() == nil {
+		fs := cl.PollFetches(ctx)
+		if errors.Is(ctx.Err(), context.Canceled) {
+			return
+		}
+		wt.mu.Lock()
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Topic == topicResults {
+				wt.o.addResult(r)
+			} else {
+				wt.o.addDead(r)
+			}
+		})
+		wt.n.Store(int64(wt.o.settled()))
+		wt.mu.Unlock()
+	}
+}

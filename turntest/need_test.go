@@ -1,0 +1,28 @@
+package turntest_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/turnstile-go/turnstile/turntest"
+)
+
+// Issue 10, hole 7: on a machine without kcat, NeedKcat skips with the reason (and fails under
+// CI=true), before a test starts anything that a skip would cut off. Not parallel: it changes
+// PATH and CI for the process.
+func TestNeedKcatWithoutKcat(t *testing.T) {
+	t.Setenv("PATH", t.TempDir()) // an empty directory: no kcat on PATH
+	t.Setenv("CI", "")
+	f := &fakeT{TB: t}
+	f.run(func() { turntest.NeedKcat(f) })
+	require.True(t, f.skipped, "skipped")
+	require.False(t, f.failed)
+	require.Contains(t, f.msg, "kcat not found on PATH (apt-get install kcat)")
+
+	t.Setenv("CI", "true")
+	f = &fakeT{TB: t}
+	f.run(func() { turntest.NeedKcat(f) })
+	require.True(t, f.failed, "under CI a missing tool fails the test")
+	require.Contains(t, f.msg, "CI=true")
+}
