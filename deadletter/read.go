@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/IBM/sarama"
 )
@@ -12,8 +13,9 @@ import (
 // Read reads topic (a dead-letter topic) from the oldest record of each partition to the end
 // offset it had when Read began, and returns the dead letters that match f, by partition then
 // offset. It reads as a plain consumer, outside any group, and commits nothing. client must be
-// open; Read leaves it open. Errors: the topic's (unknown topic), the broker's, ctx's when it
-// ends first.
+// open; Read leaves it open. A partition that ends in transaction markers (the consumer's
+// transactional mode writes dead letters in transactions) ends about a second after its last
+// record. Errors: the topic's (unknown topic), the broker's, ctx's when it ends first.
 func Read(ctx context.Context, client sarama.Client, topic string, f Filter) ([]Letter, error) {
 	parts, err := client.Partitions(topic)
 	if err != nil {
@@ -62,8 +64,16 @@ func Read(ctx context.Context, client sarama.Client, topic string, f Filter) ([]
 	return out, nil
 }
 
+// markerQuiet is how long readRange waits for another record once the broker has reported
+// the partition's high-water mark at or past end: the offsets left below end then hold only
+// transaction markers (control records, which no consumer is given), as a dead-letter
+// partition written by the transactional mode ends. A fetch that stopped at its size limit
+// is followed at once by the next one, so a second of silence means there is nothing more.
+const markerQuiet = time.Second
+
 // readRange calls fn for each record of topic/p with from <= offset < end, until fn returns
-// false.
+// false. Offsets below end that hold transaction markers are never delivered: readRange ends
+// markerQuiet after the last record once the broker reports records up to end.
 func readRange(ctx context.Context, cons sarama.Consumer, topic string, p int32, from, end int64, fn func(*sarama.ConsumerMessage) bool) error {
 	if from >= end {
 		return nil
@@ -73,12 +83,16 @@ func readRange(ctx context.Context, cons sarama.Consumer, topic string, p int32,
 		return fmt.Errorf("deadletter: read %s/%d from %d: %w", topic, p, from, err)
 	}
 	defer pc.AsyncClose()
+	tick := time.NewTicker(markerQuiet / 10)
+	defer tick.Stop()
+	last := time.Now()
 	for {
 		select {
 		case m, ok := <-pc.Messages():
 			if !ok {
 				return fmt.Errorf("deadletter: read %s/%d: closed before offset %d", topic, p, end)
 			}
+			last = time.Now()
 			if m.Offset >= end {
 				return nil
 			}
@@ -88,6 +102,10 @@ func readRange(ctx context.Context, cons sarama.Consumer, topic string, p int32,
 		case e, ok := <-pc.Errors():
 			if ok {
 				return fmt.Errorf("deadletter: read %s/%d: %w", topic, p, e.Err)
+			}
+		case <-tick.C:
+			if pc.HighWaterMarkOffset() >= end && time.Since(last) >= markerQuiet {
+				return nil // what is left below end is transaction markers
 			}
 		case <-ctx.Done():
 			return fmt.Errorf("deadletter: read %s/%d up to offset %d: %w", topic, p, end, ctx.Err())
