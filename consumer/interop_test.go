@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -18,29 +17,21 @@ import (
 	"github.com/turnstile-go/turnstile/turntest"
 )
 
-// python runs testdata/interop.py with Debian's python3 and its confluent-kafka (librdkafka).
-// Missing, the test is skipped, or failed under CI=true.
-// py is the Python whose confluent_kafka (Debian's python3-confluent-kafka) the interop tests use.
-const py = "/usr/bin/python3"
-
-// needPython skips the test (fails it under CI=true) when Python's Kafka client is missing.
-// Call it before starting a member, so that a skip does not cut a member off mid-connect.
+// needPython skips the test (fails it under CI=true) when Python's Kafka client is missing
+// (turntest.NeedPythonKafka). Call it before starting a member, so that a skip does not cut a
+// member off mid-connect.
 func needPython(t *testing.T) {
 	t.Helper()
-	if err := exec.Command(py, "-c", "import confluent_kafka").Run(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("python3-confluent-kafka is needed (apt-get install python3-confluent-kafka): %v", err)
-		}
-		t.Skipf("python3-confluent-kafka not installed: %v", err)
-	}
+	turntest.NeedPythonKafka(t)
 }
 
+// python runs testdata/interop.py with turntest.PythonPath's confluent-kafka (librdkafka).
 func python(t *testing.T, stdin string, args ...string) []map[string]any {
 	t.Helper()
 	needPython(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, py, append([]string{"testdata/interop.py"}, args...)...)
+	cmd := exec.CommandContext(ctx, turntest.PythonPath(), append([]string{"testdata/interop.py"}, args...)...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

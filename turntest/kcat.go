@@ -3,6 +3,7 @@ package turntest
 import (
 	"bytes"
 	"context"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -60,3 +61,27 @@ func KcatInput(t testing.TB, stdin []byte, args ...string) string {
 // BrokerList returns [Cluster.Brokers] joined by commas, the form kcat's -b
 // and most command line clients take.
 func (c *Cluster) BrokerList() string { return strings.Join(c.brokers, ",") }
+
+// EnvPython names the environment variable that overrides [PythonPath].
+const EnvPython = "TURNSTILE_PYTHON"
+
+// PythonPath returns the Python whose confluent_kafka (librdkafka; Debian's
+// python3-confluent-kafka) interop tests use: $TURNSTILE_PYTHON, or /usr/bin/python3, Debian's,
+// which the Debian package installs for (a python3 earlier on PATH, a virtualenv's say, may
+// lack it).
+func PythonPath() string {
+	if p := os.Getenv(EnvPython); p != "" {
+		return p
+	}
+	return "/usr/bin/python3"
+}
+
+// NeedPythonKafka skips the test (fails it under CI=true) when [PythonPath] cannot import
+// confluent_kafka. Call it before starting anything that a skip would cut off mid-connect.
+func NeedPythonKafka(t testing.TB) {
+	t.Helper()
+	if out, err := exec.Command(PythonPath(), "-c", "import confluent_kafka").CombinedOutput(); err != nil {
+		missing(t, "turntest: Python's Kafka client not found: %s cannot import confluent_kafka (apt-get install python3-confluent-kafka): %v %s",
+			PythonPath(), err, bytes.TrimSpace(out))
+	}
+}

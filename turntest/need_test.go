@@ -1,6 +1,7 @@
 package turntest_test
 
 import (
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -23,6 +24,24 @@ func TestNeedKcatWithoutKcat(t *testing.T) {
 	t.Setenv("CI", "true")
 	f = &fakeT{TB: t}
 	f.run(func() { turntest.NeedKcat(f) })
+	require.True(t, f.failed, "under CI a missing tool fails the test")
+	require.Contains(t, f.msg, "CI=true")
+}
+
+// The same for Python's Kafka client: TURNSTILE_PYTHON names a Python that does not exist here,
+// as a machine without python3-confluent-kafka would have none that imports it.
+func TestNeedPythonKafkaWithoutIt(t *testing.T) {
+	t.Setenv(turntest.EnvPython, filepath.Join(t.TempDir(), "python3"))
+	t.Setenv("CI", "")
+	f := &fakeT{TB: t}
+	f.run(func() { turntest.NeedPythonKafka(f) })
+	require.True(t, f.skipped, "skipped")
+	require.False(t, f.failed)
+	require.Contains(t, f.msg, "cannot import confluent_kafka (apt-get install python3-confluent-kafka)")
+
+	t.Setenv("CI", "true")
+	f = &fakeT{TB: t}
+	f.run(func() { turntest.NeedPythonKafka(f) })
 	require.True(t, f.failed, "under CI a missing tool fails the test")
 	require.Contains(t, f.msg, "CI=true")
 }
