@@ -218,18 +218,34 @@ func (t *txn) stage(r *record, ob *outbound) {
 }
 
 // send puts an outcome in the open transaction; false when the member is fenced or closing.
+// A transaction that cannot begin fails the producer for good (fail), as every other producer
+// error does: the outcome is left to the next owner, and no later record of its partition may
+// be sent or committed past it.
 func (t *txn) send(ob *outbound) bool {
+	ok, beginErr := t.sendShared(ob)
+	if beginErr != nil {
+		t.mu.Lock()
+		if !t.dead {
+			t.fail(fmt.Errorf("begin transaction: %w", beginErr))
+		}
+		t.mu.Unlock()
+	}
+	return ok
+}
+
+// sendShared is send under the read lock of mu; it returns BeginTxn's error, for send to fail
+// the producer under the write lock.
+func (t *txn) sendShared(ob *outbound) (bool, error) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	if t.dead {
-		return false
+		return false, nil
 	}
 	t.bmu.Lock()
 	if !t.open {
 		if err := t.producer.BeginTxn(); err != nil {
 			t.bmu.Unlock()
-			t.c.log.Error("begin transaction", "err", err)
-			return false
+			return false, err
 		}
 		t.open = true
 	}
@@ -244,7 +260,7 @@ func (t *txn) send(ob *outbound) bool {
 			t.bmu.Lock()
 			t.pending--
 			t.bmu.Unlock()
-			return false
+			return false, nil
 		}
 	}
 	t.bmu.Lock()
@@ -254,7 +270,7 @@ func (t *txn) send(ob *outbound) bool {
 	if n >= t.c.cfg.Transactional.MaxRecords {
 		wake(t.full)
 	}
-	return true
+	return true, nil
 }
 
 // ack records the producer's acknowledgement (err nil) or failure of an outcome in the open

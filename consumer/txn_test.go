@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -377,4 +378,20 @@ func TestTxnWatermarkOnFreshClaim(t *testing.T) {
 	close(release)
 	eventually(t, func() bool { return e.committed(1) == 7 })
 	requireOnce(t, e.readCommitted(e.results, 7), append(first, fast, slow))
+}
+
+// The bound on how long a read_committed reader waits behind a dead member's transaction is the
+// transaction timeout the producer registers with the coordinator (InitProducerId), after which
+// the coordinator aborts the transaction (KIP-98): the configured one, or half the group's
+// session timeout, so that a dead member's open transaction is aborted before its partitions'
+// next owner reads on. TestTxnKilledBeforeCommit shows the reader passing once it is aborted.
+func TestTxnProducerCarriesTheTimeout(t *testing.T) {
+	t.Parallel()
+	sc := sarama.NewConfig()
+	sc.Consumer.Group.Session.Timeout = 6 * time.Second
+	cfg := consumer.Config{Brokers: []string{"127.0.0.1:1"}, GroupID: "g", RequestsTopic: "a", ResultsTopic: "b", DeadLetterTopic: "c", Sarama: sc,
+		Transactional: &consumer.Transactional{IDPrefix: "svc", InstanceID: "m1", Timeout: 700 * time.Millisecond}}
+	require.Equal(t, 700*time.Millisecond, consumer.TxnProducerTimeout(cfg))
+	cfg.Transactional = &consumer.Transactional{IDPrefix: "svc", InstanceID: "m1"}
+	require.Equal(t, 3*time.Second, consumer.TxnProducerTimeout(cfg), "half the session timeout by default")
 }
