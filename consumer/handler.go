@@ -84,10 +84,7 @@ func (h runnerHandler) Validate() error { return h.r.Validate() }
 // The Runner bounds its turns itself, so the adopted TurnTimeout is left to it (cfg keeps 0 and
 // the consumer adds no deadline of its own).
 func (h runnerHandler) adopt(cfg *Config) error {
-	r := h.r
-	if r == nil {
-		return errors.New("consumer: RunnerHandler of a nil Runner")
-	}
+	r := h.r // not nil: New calls Validate, which refuses a nil Runner, first
 	attempts := r.Attempts()
 	timeout := cmp.Or(r.TurnTimeout, turn.DefaultTurnTimeout)
 	var errs []error
