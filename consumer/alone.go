@@ -13,11 +13,9 @@ import (
 // their Handler call finish first, within their whole-turn deadline.
 type soloGate struct{ rw sync.RWMutex }
 
-// shared enters the gate beside other turns; call the returned func to leave.
-func (g *soloGate) shared() func() {
-	g.rw.RLock()
-	return g.rw.RUnlock
-}
+// enter enters the gate beside other turns; leave leaves it.
+func (g *soloGate) enter() { g.rw.RLock() }
+func (g *soloGate) leave() { g.rw.RUnlock() }
 
 // alone waits until no other turn is in a Handler call and keeps new ones out until the
 // returned func is called, or returns ctx's error when ctx ends first (a revoke). A wait

@@ -34,6 +34,11 @@ type outbound struct {
 	pm   *sarama.ProducerMessage
 	kind outKind
 
+	// msg, key and value hold the first send's record (pm points to msg, whose Key and Value
+	// point to key and value), so that an outcome takes one allocation, not four.
+	msg        sarama.ProducerMessage
+	key, value sarama.ByteEncoder
+
 	req        *turn.Request // nil when the record did not decode
 	reason     string        // dead letters
 	attempts   int

@@ -116,12 +116,12 @@ func wake(ch chan struct{}) {
 	}
 }
 
-// keyOf is the ordering key of a record: its record key by key, one key by partition.
-func (p *partition) keyOf(msg *sarama.ConsumerMessage) string {
+// keyOf is the ordering key of a record: its record key by key, one key (nil) by partition.
+func (p *partition) keyOf(msg *sarama.ConsumerMessage) []byte {
 	if p.c.cfg.Ordering == OrderByPartition {
-		return ""
+		return nil
 	}
-	return string(msg.Key)
+	return msg.Key
 }
 
 // push adds a record to the window and its key's queue (queued). A full window pauses the
@@ -133,11 +133,10 @@ func (p *partition) push(msg *sarama.ConsumerMessage) {
 		p.mu.Unlock()
 		return
 	}
-	name := p.keyOf(msg)
-	k := p.keys[name]
+	k := p.keys[string(p.keyOf(msg))] // a lookup by bytes makes no string
 	if k == nil {
-		k = &keyQueue{name: name}
-		p.keys[name] = k
+		k = &keyQueue{name: string(p.keyOf(msg))}
+		p.keys[k.name] = k
 	}
 	r := &record{p: p, msg: msg, key: k}
 	p.window = append(p.window, r)

@@ -4,6 +4,8 @@ import (
 	"strconv"
 
 	"github.com/IBM/sarama"
+
+	"github.com/turnstile-go/turnstile/turn"
 )
 
 // Header names on result and dead-letter records. Values are UTF-8 text; numbers in decimal.
@@ -59,6 +61,27 @@ func (p *partitioner) RequiresConsistency() bool { return true }
 
 func (p *partitioner) MessageRequiresConsistency(msg *sarama.ProducerMessage) bool {
 	return msg.Key != nil || msg.Metadata != nil
+}
+
+// The names of a result's headers as bytes, shared by every result record (the producer
+// only reads them).
+var (
+	requestIDKey      = []byte(HeaderRequestID)
+	conversationIDKey = []byte(HeaderConversationID)
+	attemptKey        = []byte(HeaderAttempt)
+)
+
+// resultHeaders returns the headers of req's result: its request id, its conversation id and
+// the attempt, in a slice with room for extra more. The three values share one allocation.
+func resultHeaders(req *turn.Request, attempt, extra int) []sarama.RecordHeader {
+	id, conv := len(req.ID), len(req.ID)+len(req.ConversationID)
+	values := append(append(make([]byte, 0, conv+20), req.ID...), req.ConversationID...)
+	values = strconv.AppendInt(values, int64(attempt), 10)
+	hs := make([]sarama.RecordHeader, 3, 3+extra)
+	hs[0] = sarama.RecordHeader{Key: requestIDKey, Value: values[:id:id]}
+	hs[1] = sarama.RecordHeader{Key: conversationIDKey, Value: values[id:conv:conv]}
+	hs[2] = sarama.RecordHeader{Key: attemptKey, Value: values[conv:]}
+	return hs
 }
 
 func header(k, v string) sarama.RecordHeader {

@@ -102,7 +102,7 @@ func (p *partition) run(ctx context.Context, r *record, span trace.Span) (*outbo
 			ctx = hctx
 		}
 	}
-	bo := newBackoff(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff)
+	var bo *backoff.ExponentialBackOff // made at the first retry; most turns have none
 	failures, limited, calls, alone := 0, 0, 0, false
 	for {
 		probe, err := c.throttle.wait(p.waits, true)
@@ -160,6 +160,9 @@ func (p *partition) run(ctx context.Context, r *record, span trace.Span) (*outbo
 			}
 		case turn.KindUnavailable:
 			c.health.sawUnavailable(err)
+			if bo == nil {
+				bo = newBackoff(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff)
+			}
 			d := bo.NextBackOff()
 			rl.get().Warn("turn hit an unavailable dependency; retrying, no attempt spent", "err", err, "retry_in", d.String())
 			if !sleep(p.waits, d) {
@@ -177,6 +180,9 @@ func (p *partition) run(ctx context.Context, r *record, span trace.Span) (*outbo
 			if failures >= c.cfg.MaxAttempts {
 				reason := fmt.Sprintf("%d attempts failed in this member; last error: %v", failures, err)
 				return p.deadLetter(r, &req, reason, err, attempt), true, calls
+			}
+			if bo == nil {
+				bo = newBackoff(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff)
 			}
 			d := bo.NextBackOff()
 			rl.get().Warn("turn attempt failed; retrying", "attempt", attempt, "err", err, "retry_in", d.String())
@@ -215,7 +221,8 @@ func (p *partition) handle(ctx context.Context, req turn.Request, alone bool) (*
 		defer leave()
 		ctx = turn.WithCrashIsolation(ctx, true)
 	} else {
-		defer p.c.solo.shared()()
+		p.c.solo.enter()
+		defer p.c.solo.leave()
 	}
 	if d := p.c.cfg.TurnTimeout; d > 0 {
 		hctx, cancel := context.WithTimeoutCause(ctx, d, turn.ErrTurnTimeout)
@@ -286,15 +293,12 @@ func (p *partition) result(r *record, req *turn.Request, res *turn.Result, encod
 		return p.deadLetter(r, req, "result does not encode", err, res.Attempt)
 	}
 	ob := &outbound{p: p, r: r, kind: outResult, req: req, attempts: res.Attempt, replayed: res.Replayed,
-		partitions: p.c.partitions.Load()}
-	ob.pm = &sarama.ProducerMessage{
-		Topic: p.c.cfg.ResultsTopic, Key: sarama.ByteEncoder(r.msg.Key), Value: sarama.ByteEncoder(value),
-		Headers: p.c.forward([]sarama.RecordHeader{
-			header(HeaderRequestID, req.ID), header(HeaderConversationID, req.ConversationID),
-			header(HeaderAttempt, itoa(res.Attempt)),
-		}, req),
-		Metadata: ob,
+		partitions: p.c.partitions.Load(), key: r.msg.Key, value: value}
+	ob.msg = sarama.ProducerMessage{
+		Topic: p.c.cfg.ResultsTopic, Key: &ob.key, Value: &ob.value,
+		Headers: p.c.forward(resultHeaders(req, res.Attempt, len(p.c.cfg.ForwardHeaders)), req), Metadata: ob,
 	}
+	ob.pm = &ob.msg
 	return ob
 }
 
@@ -313,11 +317,12 @@ func (p *partition) deadLetter(r *record, req *turn.Request, reason string, caus
 		ours = append(ours, header(HeaderRequestID, req.ID), header(HeaderConversationID, req.ConversationID))
 	}
 	ob := &outbound{p: p, r: r, kind: outDeadLetter, req: req, reason: reason, attempts: attempts,
-		partitions: p.c.partitions.Load()}
-	ob.pm = &sarama.ProducerMessage{
-		Topic: p.c.cfg.DeadLetterTopic, Key: sarama.ByteEncoder(msg.Key), Value: sarama.ByteEncoder(msg.Value),
+		partitions: p.c.partitions.Load(), key: msg.Key, value: msg.Value}
+	ob.msg = sarama.ProducerMessage{
+		Topic: p.c.cfg.DeadLetterTopic, Key: &ob.key, Value: &ob.value,
 		Headers: deadLetterHeaders(msg.Headers, ours), Metadata: ob,
 	}
+	ob.pm = &ob.msg
 	return ob
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -21,6 +22,13 @@ type throttle struct {
 	log      *slog.Logger
 	maxPause time.Duration
 
+	// calm is true while no pause is in force and no probe is needed: wait and succeeded
+	// then return without taking mu, which every turn would otherwise take three times. It is
+	// cleared under mu by pause and set under mu by wait once the pause is over and a probe
+	// succeeded. A turn that reads it a moment before a pause begins starts as one that
+	// passed the check a moment earlier would.
+	calm atomic.Bool
+
 	mu        sync.Mutex
 	until     time.Time
 	bo        *backoff.ExponentialBackOff
@@ -34,7 +42,9 @@ type throttle struct {
 func newThrottle(p *pauses, log *slog.Logger, initial, maxPause time.Duration) *throttle {
 	bo := &backoff.ExponentialBackOff{InitialInterval: initial, RandomizationFactor: 0.2, Multiplier: 2, MaxInterval: maxPause}
 	bo.Reset()
-	return &throttle{pauses: p, log: log, maxPause: maxPause, bo: bo, changed: make(chan struct{})}
+	t := &throttle{pauses: p, log: log, maxPause: maxPause, bo: bo, changed: make(chan struct{})}
+	t.calm.Store(true)
+	return t
 }
 
 // pause pauses all partitions for d, or the exponential backoff if longer, capped at
@@ -49,6 +59,7 @@ func (t *throttle) pause(d time.Duration, probe bool) bool {
 	if t.stopped { // a late turn of a partition abandoned at shutdown
 		return false
 	}
+	t.calm.Store(false)
 	now := time.Now()
 	wait := min(d, t.maxPause)
 	// A new pause (none in force, or the last one over though its timer has not fired yet):
@@ -93,6 +104,9 @@ func (t *throttle) resume() {
 // succeeded ends the rate limit after a turn went through: every turn may start again, and
 // the exponential part of the pause starts over.
 func (t *throttle) succeeded() {
+	if t.calm.Load() { // no pause since the last success reset the backoff
+		return
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.bo.Reset()
@@ -133,11 +147,17 @@ func (t *throttle) gate(ctx context.Context) error {
 // mayProbe false it returns as soon as the pause is over.
 func (t *throttle) wait(ctx context.Context, mayProbe bool) (probe bool, err error) {
 	for {
+		if t.calm.Load() {
+			return false, nil
+		}
 		t.mu.Lock()
 		left := time.Until(t.until)
 		switch {
 		case left > 0:
 		case !t.needProbe || !mayProbe:
+			if !t.needProbe {
+				t.calm.Store(true)
+			}
 			t.mu.Unlock()
 			return false, nil // no waiting, so a closed partition's gap records still run
 		case mayProbe && !t.probing:

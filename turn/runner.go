@@ -10,8 +10,6 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/turnstile-go/turnstile/inbox"
 	"github.com/turnstile-go/turnstile/session"
 )
@@ -111,7 +109,10 @@ func (r *Runner) InboxKey(req Request) string { return InboxKey(r.app(), req) }
 
 // InboxKey is Runner.InboxKey for a Runner whose App is app.
 func InboxKey(app string, req Request) string {
-	return req.ID + "/" + uuid.NewSHA1(inboxScopeNamespace, []byte(lengthPrefixed(app, req.UserID, req.ConversationID))).String()
+	var name [256]byte
+	var out [80]byte // a canonical request id, "/" and a UUID
+	return string(appendNameUUID(append(append(out[:0], req.ID...), '/'),
+		inboxScopeNamespace, appendLengthPrefixed(name[:0], app, req.UserID, req.ConversationID)))
 }
 
 // Key returns the session key of req: (App, req.UserID, req.ConversationID).

@@ -1,8 +1,9 @@
 package turn
 
 import (
+	"crypto/sha1"
+	"encoding/hex"
 	"strconv"
-	"strings"
 
 	"github.com/google/uuid"
 
@@ -20,15 +21,38 @@ var (
 	inboxScopeNamespace = uuid.NewSHA1(uuid.NameSpaceURL, []byte("https://github.com/turnstile-go/turnstile/inbox-scope"))
 )
 
-// lengthPrefixed joins parts so that no two lists of parts give the same string.
-func lengthPrefixed(parts ...string) string {
-	var b strings.Builder
+// appendLengthPrefixed appends parts to dst so that no two lists of parts give the same
+// bytes: each part as its length in bytes (decimal), a colon and the part.
+func appendLengthPrefixed(dst []byte, parts ...string) []byte {
 	for _, p := range parts {
-		b.WriteString(strconv.Itoa(len(p)))
-		b.WriteByte(':')
-		b.WriteString(p)
+		dst = strconv.AppendInt(dst, int64(len(p)), 10)
+		dst = append(dst, ':')
+		dst = append(dst, p...)
 	}
-	return b.String()
+	return dst
+}
+
+// appendNameUUID appends to dst the text form of the version 5 (SHA-1, name-based, RFC 9562
+// section 5.5) UUID of name in the namespace ns: the bytes uuid.NewSHA1(ns, name).String()
+// gives, made without its hash object and its two allocations (a turn derives three such
+// UUIDs; TestInboxKeyGolden, TestToolKeyGolden and TestEventIDGolden pin the results).
+func appendNameUUID(dst []byte, ns uuid.UUID, name []byte) []byte {
+	var in [256]byte // names longer than this go to the heap
+	sum := sha1.Sum(append(append(in[:0], ns[:]...), name...))
+	u := uuid.UUID(sum[:16])
+	u[6] = (u[6] & 0x0f) | 0x50 // version 5
+	u[8] = (u[8] & 0x3f) | 0x80 // variant 10, RFC 9562
+	dst = hex.AppendEncode(dst, u[0:4])
+	for _, part := range [][]byte{u[4:6], u[6:8], u[8:10], u[10:16]} {
+		dst = hex.AppendEncode(append(dst, '-'), part)
+	}
+	return dst
+}
+
+// nameUUID returns appendNameUUID's text of name in ns as a string.
+func nameUUID(ns uuid.UUID, name []byte) string {
+	var out [36]byte
+	return string(appendNameUUID(out[:0], ns, name))
 }
 
 // ToolKey returns a stable idempotency key for the side effect callID of the request
@@ -51,7 +75,8 @@ func lengthPrefixed(parts ...string) string {
 // ToolKey stays, with its format unchanged, for side effects keyed before that change.
 func ToolKey(requestID, callID string) string {
 	// Length-prefixed, so that no two (requestID, callID) pairs share a name.
-	return uuid.NewSHA1(toolKeyNamespace, []byte(strconv.Itoa(len(requestID))+":"+requestID+callID)).String()
+	var name [128]byte
+	return nameUUID(toolKeyNamespace, append(append(append(strconv.AppendInt(name[:0], int64(len(requestID)), 10), ':'), requestID...), callID...))
 }
 
 // SessionToolKey returns the idempotency key of the side effect callID of the request
@@ -68,10 +93,12 @@ func ToolKey(requestID, callID string) string {
 // side-effect service holds version 1 keys of turns still running when it upgrades can look
 // both up during the change.
 func SessionToolKey(key session.Key, requestID, callID string) string {
-	return uuid.NewSHA1(sessionToolKeyNamespace, []byte(lengthPrefixed(key.App, key.User, key.Conversation, requestID, callID))).String()
+	var name [256]byte
+	return nameUUID(sessionToolKeyNamespace, appendLengthPrefixed(name[:0], key.App, key.User, key.Conversation, requestID, callID))
 }
 
 // eventID is the id of the index-th event (0-based) of a request's turn.
 func eventID(requestID string, index int) string {
-	return uuid.NewSHA1(eventIDNamespace, []byte(requestID+"\x00"+strconv.Itoa(index))).String()
+	var name [64]byte
+	return nameUUID(eventIDNamespace, strconv.AppendInt(append(append(name[:0], requestID...), 0), int64(index), 10))
 }
