@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/IBM/sarama"
 )
@@ -16,7 +17,9 @@ sandbox service to run them (a consumer with consumer.Config.Replay, its own gro
 and results topic; its model sees turn.Input.Replay). Records keep their key, value,
 headers and partition index, and get a replayed-from header. It copies each partition from
 --from-offset, or from its first record at or after --from-time, up to its end when the
-copy began. It refuses to write to the requests topic or to a --production-topic.
+copy began. It refuses to write to the requests topic, to a --production-topic, and to a
+topic holding records it did not write (each copy carries the replayed-from header; pass
+--allow-foreign-records to copy into such a topic anyway).
 
 Examples:
   turnstile replay --brokers kafka:9092 --from agent.requests --to sandbox.requests --from-time 24h \
@@ -134,6 +137,7 @@ func replayCmd(ctx context.Context, e *env, args []string) error {
 	f.Var(&since, "from-time", "start each partition at its first record at or after this time (RFC 3339, or a duration ago: 24h)")
 	fromOffset := f.Int64("from-offset", -1, "start each partition at this offset (-1: its oldest record)")
 	conv := f.String("conversation", "", "copy only the records of this conversation (record key)")
+	foreign := f.Bool("allow-foreign-records", false, "copy even when --to holds records that replay did not write")
 	var production stringList
 	f.Var(&production, "production-topic", "a production topic the copy must never write to (repeatable)")
 	if err := f.parse(args); err != nil {
@@ -157,12 +161,81 @@ func replayCmd(ctx context.Context, e *env, args []string) error {
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(ctx, *f.timeout)
 	defer cancel()
+	if !*foreign {
+		if err := checkSandbox(ctx, client, *to); err != nil {
+			return err
+		}
+	}
 	n, err := copyRecords(ctx, client, *from, *to, since, *fromOffset, *conv)
 	if err != nil {
 		return fmt.Errorf("copied %d records, then: %w", n, err)
 	}
 	fmt.Fprintf(e.stdout, "copied %d records from %s to %s\n", n, *from, *to)
 	return nil
+}
+
+// sandboxProbeWait bounds the wait for a partition's last records in checkSandbox: a partition
+// whose last offsets are transaction markers delivers nothing.
+const sandboxProbeWait = 2 * time.Second
+
+// checkSandbox refuses a --to topic that holds a record replay did not write: every record of
+// a sandbox topic carries the replayed-from header, while a production topic's requests,
+// results and dead letters do not, so a mistyped --to (agent.results for sandbox.requests)
+// is caught even without --production-topic. It reads the last two offsets of each partition
+// (the last may be a transaction marker, which is no record).
+func checkSandbox(ctx context.Context, client sarama.Client, to string) error {
+	parts, err := client.Partitions(to)
+	if err != nil {
+		return fmt.Errorf("topic %q: %w", to, err)
+	}
+	cons, err := sarama.NewConsumerFromClient(client)
+	if err != nil {
+		return err
+	}
+	defer cons.Close()
+	for _, p := range parts {
+		oldest, err := client.GetOffset(to, p, sarama.OffsetOldest)
+		if err != nil {
+			return err
+		}
+		end, err := client.GetOffset(to, p, sarama.OffsetNewest)
+		if err != nil {
+			return err
+		}
+		if end <= oldest {
+			continue
+		}
+		pc, err := cons.ConsumePartition(to, p, max(oldest, end-2))
+		if err != nil {
+			return err
+		}
+		var m *sarama.ConsumerMessage
+		select {
+		case m = <-pc.Messages():
+		case err = <-pc.Errors():
+		case <-time.After(sandboxProbeWait):
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		pc.AsyncClose()
+		if err != nil {
+			return fmt.Errorf("topic %q partition %d: %w", to, p, err)
+		}
+		if m != nil && !hasReplayedFrom(m) {
+			return usagef("--to %q holds records that replay did not write (partition %d offset %d has no %s header): "+
+				"it looks like a production topic; pass --allow-foreign-records if it is a sandbox topic", to, p, m.Offset, headerReplayedFrom)
+		}
+	}
+	return nil
+}
+
+func hasReplayedFrom(m *sarama.ConsumerMessage) bool {
+	for _, h := range m.Headers {
+		if h != nil && string(h.Key) == headerReplayedFrom {
+			return true
+		}
+	}
+	return false
 }
 
 // copyRecords copies from's records in the chosen range to to.

@@ -273,6 +273,21 @@ func testCommands(t *testing.T, d database) {
 	require.Contains(t, errOut, "sandbox topic of its own")
 	code, _, _ = cli(t, "replay", brokers, "--from="+s.requests, "--to="+s.results, "--production-topic="+s.results)
 	require.Equal(t, exitUsage, code)
+	// A mistyped --to is caught without --production-topic: the results topic holds records
+	// that replay did not write. A topic that only looks foreign takes the override.
+	results := kc.RecordCount(t, s.results)
+	code, _, errOut = cli(t, "replay", brokers, "--from="+s.requests, "--to="+s.results)
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "replay did not write")
+	require.Equal(t, results, kc.RecordCount(t, s.results), "the refused replay copied nothing")
+	require.Contains(t, ok(t, "replay", brokers, "--from="+s.requests, "--to="+sandbox, "--conversation=c-1"), "copied 4 records",
+		"a sandbox topic holds only replayed records")
+	foreign := kc.CreateTopic(t, "foreign", 1)
+	kc.Produce(t, foreign, "c-1", []byte("written by someone else"), nil)
+	code, _, errOut = cli(t, "replay", brokers, "--from="+s.requests, "--to="+foreign, "--conversation=c-1")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "--allow-foreign-records")
+	require.Contains(t, ok(t, "replay", brokers, "--from="+s.requests, "--to="+foreign, "--conversation=c-1", "--allow-foreign-records"), "copied 4 records")
 
 	// inbox purge keeps what is younger than the horizon, and purges the rest.
 	require.Contains(t, ok(t, append([]string{"inbox", "purge", "--older-than=1h"}, dbFlags...)...), "purged 0 inbox entries")
