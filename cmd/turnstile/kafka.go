@@ -32,7 +32,8 @@ const lagUsage = `
 Shows, per partition of a topic, the offset a consumer group committed (the next to read),
 the end offset (the next to be written) and the lag between them. A partition the group
 never committed shows "-" and the whole partition as lag (a new group reads from the oldest
-record, as turnstile's consumer does).
+record, as turnstile's consumer does). A partition whose committed offset the broker cannot
+read just then (a partition moving, a coordinator loading) is an error, not a "-".
 
 Examples:
   turnstile lag --brokers kafka:9092 --group agent --topic agent.requests
@@ -62,8 +63,13 @@ func groupLag(client sarama.Client, admin sarama.ClusterAdmin, group, topic stri
 	out := make([]partitionLag, 0, len(parts))
 	for _, p := range parts {
 		pl := partitionLag{Partition: p, Committed: -1}
-		if resp != nil {
-			if b := resp.GetBlock(topic, p); b != nil && b.Err == sarama.ErrNoError && b.Offset >= 0 {
+		if b := offsetBlock(resp, topic, p); b != nil {
+			if b.Err != sarama.ErrNoError {
+				// Not "never committed": the broker could not say (a partition moving, a
+				// coordinator loading), and a lag computed from the oldest record would lie.
+				return nil, fmt.Errorf("committed offset of group %q on %s/%d: %w", group, topic, p, b.Err)
+			}
+			if b.Offset >= 0 {
 				pl.Committed = b.Offset
 			}
 		}
@@ -80,6 +86,15 @@ func groupLag(client sarama.Client, admin sarama.ClusterAdmin, group, topic stri
 		out = append(out, pl)
 	}
 	return out, nil
+}
+
+// offsetBlock returns the OffsetFetch block of topic/partition, nil when resp or the block is
+// missing (a group that never committed).
+func offsetBlock(resp *sarama.OffsetFetchResponse, topic string, partition int32) *sarama.OffsetFetchResponseBlock {
+	if resp == nil {
+		return nil
+	}
+	return resp.GetBlock(topic, partition)
 }
 
 func lagCmd(_ context.Context, e *env, args []string) error {
