@@ -25,6 +25,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -225,6 +226,32 @@ func (s *sessions) Delete(ctx context.Context, key session.Key) error {
 	err := s.s.Delete(ctx, key)
 	end(span, err)
 	return err
+}
+
+// DeleteUser implements session.Retention over a store that does (a span around the call),
+// so that wrapping a store for tracing does not hide its bulk deletes. Over a store that does
+// not, it returns an error wrapping errors.ErrUnsupported.
+func (s *sessions) DeleteUser(ctx context.Context, app, user string) (int64, error) {
+	r, ok := s.s.(session.Retention)
+	if !ok {
+		return 0, fmt.Errorf("turnotel: %T does not implement session.Retention: %w", s.s, errors.ErrUnsupported)
+	}
+	ctx, span := start(ctx, s.tracer, "session.DeleteUser")
+	n, err := r.DeleteUser(ctx, app, user)
+	end(span, err)
+	return n, err
+}
+
+// DeleteIdle implements session.Retention as DeleteUser does.
+func (s *sessions) DeleteIdle(ctx context.Context, app string, before time.Time) (int64, error) {
+	r, ok := s.s.(session.Retention)
+	if !ok {
+		return 0, fmt.Errorf("turnotel: %T does not implement session.Retention: %w", s.s, errors.ErrUnsupported)
+	}
+	ctx, span := start(ctx, s.tracer, "session.DeleteIdle")
+	n, err := r.DeleteIdle(ctx, app, before)
+	end(span, err)
+	return n, err
 }
 
 // CheckConcurrency passes the Runner's question on to the store (turn.Runner.CheckConcurrency).

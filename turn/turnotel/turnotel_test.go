@@ -2,7 +2,9 @@ package turnotel_test
 
 import (
 	"context"
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -102,3 +104,34 @@ func TestWrappedStoresKeepTheirLocation(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, loc)
 }
+
+// A store wrapped for tracing keeps its bulk deletes (session.Retention), on the plain and on
+// the transactional wrapper; over a store without them the wrapper says so.
+func TestWrappedSessionsKeepRetention(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	o := turnotel.Options{TracerProvider: sdktrace.NewTracerProvider()}
+	sqlStore, err := sqlsession.New(sqltest.SQLiteFile(t), sqlsession.SQLite, sqlsession.Options{})
+	require.NoError(t, err)
+	require.NoError(t, sqlStore.Migrate(ctx))
+	for name, s := range map[string]session.Store{"memory": session.NewMemoryStore(), "sqlite": sqlStore} {
+		key := session.Key{App: "a", User: "u-1", Conversation: "c-1"}
+		_, err := s.Create(ctx, key, nil)
+		require.NoError(t, err, name)
+		wrapped, ok := turnotel.Sessions(s, o).(session.Retention)
+		require.True(t, ok, "%s: the wrapper implements session.Retention", name)
+		n, err := wrapped.DeleteIdle(ctx, "a", time.Now().Add(-time.Hour))
+		require.NoError(t, err, name)
+		require.Zero(t, n, "%s: nothing idle for an hour", name)
+		n, err = wrapped.DeleteUser(ctx, "a", "u-1")
+		require.NoError(t, err, name)
+		require.EqualValues(t, 1, n, name)
+		_, err = s.Get(ctx, key, 0)
+		require.ErrorIs(t, err, session.ErrNotFound, "%s: deleted in the wrapped store", name)
+	}
+	_, err = turnotel.Sessions(noRetention{session.NewMemoryStore()}, o).(session.Retention).DeleteUser(ctx, "a", "u-1")
+	require.ErrorIs(t, err, errors.ErrUnsupported)
+}
+
+// noRetention is a Store without session.Retention.
+type noRetention struct{ session.Store }
