@@ -232,24 +232,26 @@ func (s *sessions) Delete(ctx context.Context, key session.Key) error {
 // so that wrapping a store for tracing does not hide its bulk deletes. Over a store that does
 // not, it returns an error wrapping errors.ErrUnsupported.
 func (s *sessions) DeleteUser(ctx context.Context, app, user string) (int64, error) {
-	r, ok := s.s.(session.Retention)
-	if !ok {
-		return 0, fmt.Errorf("turnotel: %T does not implement session.Retention: %w", s.s, errors.ErrUnsupported)
-	}
-	ctx, span := start(ctx, s.tracer, "session.DeleteUser")
-	n, err := r.DeleteUser(ctx, app, user)
-	end(span, err)
-	return n, err
+	return s.retention(ctx, "session.DeleteUser", func(ctx context.Context, r session.Retention) (int64, error) {
+		return r.DeleteUser(ctx, app, user)
+	})
 }
 
 // DeleteIdle implements session.Retention as DeleteUser does.
 func (s *sessions) DeleteIdle(ctx context.Context, app string, before time.Time) (int64, error) {
+	return s.retention(ctx, "session.DeleteIdle", func(ctx context.Context, r session.Retention) (int64, error) {
+		return r.DeleteIdle(ctx, app, before)
+	})
+}
+
+// retention runs call on the wrapped store's session.Retention in a span named name.
+func (s *sessions) retention(ctx context.Context, name string, call func(context.Context, session.Retention) (int64, error)) (int64, error) {
 	r, ok := s.s.(session.Retention)
 	if !ok {
 		return 0, fmt.Errorf("turnotel: %T does not implement session.Retention: %w", s.s, errors.ErrUnsupported)
 	}
-	ctx, span := start(ctx, s.tracer, "session.DeleteIdle")
-	n, err := r.DeleteIdle(ctx, app, before)
+	ctx, span := start(ctx, s.tracer, name)
+	n, err := call(ctx, r)
 	end(span, err)
 	return n, err
 }
