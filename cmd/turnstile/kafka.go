@@ -18,8 +18,9 @@ and results topic; its model sees turn.Input.Replay). Records keep their key, va
 headers and partition index, and get a replayed-from header. It copies each partition from
 --from-offset, or from its first record at or after --from-time, up to its end when the
 copy began. It refuses to write to the requests topic, to a --production-topic, and to a
-topic holding records it did not write (each copy carries the replayed-from header; pass
---allow-foreign-records to copy into such a topic anyway).
+topic whose last records it did not write: each copy carries the replayed-from header, and it
+reads the last 20 offsets of each partition of --to first (pass --allow-foreign-records to
+copy into such a topic anyway).
 
 Examples:
   turnstile replay --brokers kafka:9092 --from agent.requests --to sandbox.requests --from-time 24h \
@@ -33,7 +34,7 @@ Shows, per partition of a topic, the offset a consumer group committed (the next
 the end offset (the next to be written) and the lag between them. A partition the group
 never committed shows "-" and the whole partition as lag (a new group reads from the oldest
 record, as turnstile's consumer does). A partition whose committed offset the broker cannot
-read just then (a partition moving, a coordinator loading) is an error, not a "-".
+read (not authorized to describe the group, a partition moving) is an error, not a "-".
 
 Examples:
   turnstile lag --brokers kafka:9092 --group agent --topic agent.requests
@@ -189,23 +190,34 @@ func replayCmd(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-// sandboxProbeWait bounds the wait for a partition's last records in checkSandbox: a partition
-// whose last offsets are transaction markers delivers nothing.
-const sandboxProbeWait = 2 * time.Second
+// checkSandbox reads up to sandboxProbeRecords records at the end of each partition of the
+// --to topic, waiting at most sandboxProbeWait for each next one.
+const (
+	sandboxProbeRecords = 20
+	sandboxProbeWait    = 2 * time.Second
+)
 
-// checkSandbox refuses a --to topic that holds a record replay did not write: every record of
+// checkSandbox refuses a --to topic whose last records replay did not write: every record of
 // a sandbox topic carries the replayed-from header, while a production topic's requests,
 // results and dead letters do not, so a mistyped --to (agent.results for sandbox.requests)
-// is caught even without --production-topic. It reads the last two offsets of each partition
-// (the last may be a transaction marker, which is no record).
+// is caught even without --production-topic. It reads the records among the last
+// sandboxProbeRecords offsets of each partition; a partition where it finds none (transaction
+// markers only, as when transactional producers' commits end it) is refused too, since it
+// cannot tell. Read errors are returned, not taken for a sandbox.
 func checkSandbox(ctx context.Context, client sarama.Client, to string) error {
 	parts, err := client.Partitions(to)
 	if err != nil {
 		return fmt.Errorf("topic %q: %w", to, err)
 	}
-	cons, err := sarama.NewConsumerFromClient(client)
+	sc := *client.Config()
+	sc.Consumer.Return.Errors = true
+	var brokers []string
+	for _, b := range client.Brokers() {
+		brokers = append(brokers, b.Addr())
+	}
+	cons, err := sarama.NewConsumer(brokers, &sc)
 	if err != nil {
-		return err
+		return fmt.Errorf("consumer: %w", err)
 	}
 	defer cons.Close()
 	for _, p := range parts {
@@ -218,30 +230,48 @@ func checkSandbox(ctx context.Context, client sarama.Client, to string) error {
 			return err
 		}
 		if end <= oldest {
-			continue
+			continue // empty
 		}
-		pc, err := cons.ConsumePartition(to, p, max(oldest, end-2))
-		if err != nil {
+		if err := checkSandboxPartition(ctx, cons, to, p, max(oldest, end-sandboxProbeRecords), end); err != nil {
 			return err
-		}
-		var m *sarama.ConsumerMessage
-		select {
-		case m = <-pc.Messages():
-		case err = <-pc.Errors():
-		case <-time.After(sandboxProbeWait):
-		case <-ctx.Done():
-			err = ctx.Err()
-		}
-		pc.AsyncClose()
-		if err != nil {
-			return fmt.Errorf("topic %q partition %d: %w", to, p, err)
-		}
-		if m != nil && !hasReplayedFrom(m) {
-			return usagef("--to %q holds records that replay did not write (partition %d offset %d has no %s header): "+
-				"it looks like a production topic; pass --allow-foreign-records if it is a sandbox topic", to, p, m.Offset, headerReplayedFrom)
 		}
 	}
 	return nil
+}
+
+// checkSandboxPartition reads partition p of to from start up to end and refuses a record
+// without the replayed-from header, or finding no record at all.
+func checkSandboxPartition(ctx context.Context, cons sarama.Consumer, to string, p int32, start, end int64) error {
+	pc, err := cons.ConsumePartition(to, p, start)
+	if err != nil {
+		return fmt.Errorf("topic %q partition %d: %w", to, p, err)
+	}
+	defer pc.AsyncClose()
+	read := 0
+	for {
+		select {
+		case m := <-pc.Messages():
+			read++
+			if !hasReplayedFrom(m) {
+				return usagef("--to %q holds records that replay did not write (partition %d offset %d has no %s header): "+
+					"it looks like a production topic; pass --allow-foreign-records if it is a sandbox topic", to, p, m.Offset, headerReplayedFrom)
+			}
+			if m.Offset+1 >= end {
+				return nil
+			}
+		case e := <-pc.Errors():
+			return fmt.Errorf("topic %q partition %d: reading its last records: %w", to, p, e)
+		case <-time.After(sandboxProbeWait):
+			if read > 0 {
+				return nil // the rest are transaction markers
+			}
+			return usagef("--to %q partition %d: none of its last %d offsets holds a record (transaction markers only), "+
+				"so replay cannot tell a sandbox topic from a production one; pass --allow-foreign-records if it is a sandbox topic",
+				to, p, end-start)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 func hasReplayedFrom(m *sarama.ConsumerMessage) bool {

@@ -43,3 +43,40 @@ func TestLagReportsOffsetFetchErrors(t *testing.T) {
 	require.ErrorIs(t, err, sarama.ErrUnstableOffsetCommit)
 	require.ErrorContains(t, err, topic+"/1")
 }
+
+// A partition whose last offsets are transaction markers (two transactional producers
+// committing in turn: R_A R_B COMMIT_A COMMIT_B) is read far enough back to find its records;
+// a sandbox topic written by replay passes.
+func TestReplayCheckReadsPastTransactionMarkers(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	kc := turntest.NewCluster(t, turntest.Options{})
+	production := kc.CreateTopic(t, "results", 1)
+	var producers []sarama.SyncProducer
+	for range 2 {
+		p, err := sarama.NewSyncProducer(kc.Brokers(), kc.TransactionalConfig(""))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = p.Close() })
+		require.NoError(t, p.BeginTxn())
+		_, _, err = p.SendMessage(&sarama.ProducerMessage{Topic: production, Value: sarama.StringEncoder("a result")})
+		require.NoError(t, err)
+		producers = append(producers, p)
+	}
+	for _, p := range producers {
+		require.NoError(t, p.CommitTxn())
+	}
+	client, err := sarama.NewClient(kc.Brokers(), kc.Config())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Close() })
+	end, err := client.GetOffset(production, 0, sarama.OffsetNewest)
+	require.NoError(t, err)
+	require.EqualValues(t, 4, end, "two records, then two commit markers")
+	err = checkSandbox(ctx, client, production)
+	require.ErrorContains(t, err, "replay did not write")
+	require.ErrorContains(t, err, "offset 0")
+
+	sandbox := kc.CreateTopic(t, "sandbox", 1)
+	kc.Produce(t, sandbox, "c-1", []byte("a copy"), map[string]string{headerReplayedFrom: production + "/0/0"})
+	require.NoError(t, checkSandbox(ctx, client, sandbox))
+	require.NoError(t, checkSandbox(ctx, client, kc.CreateTopic(t, "empty", 2)), "an empty topic is a sandbox")
+}

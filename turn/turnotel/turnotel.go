@@ -25,7 +25,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -168,16 +167,23 @@ func (m *model) Respond(ctx context.Context, in turn.Input) (turn.Output, error)
 	return out, err
 }
 
-// Sessions returns s with a span around each call; it implements session.TxAppender when s
-// does. s itself when tracing is off.
+// Sessions returns s with a span around each call; it implements session.TxAppender and
+// session.Retention when s does (and only then). s itself when tracing is off.
 func Sessions(s session.Store, o Options) session.Store {
 	tr := o.Tracer()
 	if s == nil || tr == nil {
 		return s
 	}
 	base := &sessions{Store: s, s: s, tracer: tr}
-	if tx, ok := s.(session.TxAppender); ok {
+	tx, isTx := s.(session.TxAppender)
+	r, isRetention := s.(session.Retention)
+	switch {
+	case isTx && isRetention:
+		return &txRetentionSessions{&txSessions{sessions: base, tx: tx}, retention{r, tr}}
+	case isTx:
 		return &txSessions{sessions: base, tx: tx}
+	case isRetention:
+		return &retentionSessions{base, retention{r, tr}}
 	}
 	return base
 }
@@ -228,30 +234,36 @@ func (s *sessions) Delete(ctx context.Context, key session.Key) error {
 	return err
 }
 
-// DeleteUser implements session.Retention over a store that does (a span around the call),
-// so that wrapping a store for tracing does not hide its bulk deletes. Over a store that does
-// not, it returns an error wrapping errors.ErrUnsupported.
-func (s *sessions) DeleteUser(ctx context.Context, app, user string) (int64, error) {
-	return s.retention(ctx, "session.DeleteUser", func(ctx context.Context, r session.Retention) (int64, error) {
-		return r.DeleteUser(ctx, app, user)
-	})
+// retention traces the bulk deletes of a session.Retention (the wrappers of Sessions over a
+// store that has them).
+type retention struct {
+	r      session.Retention
+	tracer trace.Tracer
 }
 
-// DeleteIdle implements session.Retention as DeleteUser does.
-func (s *sessions) DeleteIdle(ctx context.Context, app string, before time.Time) (int64, error) {
-	return s.retention(ctx, "session.DeleteIdle", func(ctx context.Context, r session.Retention) (int64, error) {
-		return r.DeleteIdle(ctx, app, before)
-	})
-}
-
-// retention runs call on the wrapped store's session.Retention in a span named name.
-func (s *sessions) retention(ctx context.Context, name string, call func(context.Context, session.Retention) (int64, error)) (int64, error) {
-	r, ok := s.s.(session.Retention)
-	if !ok {
-		return 0, fmt.Errorf("turnotel: %T does not implement session.Retention: %w", s.s, errors.ErrUnsupported)
+type (
+	retentionSessions struct {
+		*sessions
+		retention
 	}
-	ctx, span := start(ctx, s.tracer, name)
-	n, err := call(ctx, r)
+	txRetentionSessions struct {
+		*txSessions
+		retention
+	}
+)
+
+// DeleteUser implements session.Retention with a span around the call.
+func (r retention) DeleteUser(ctx context.Context, app, user string) (int64, error) {
+	ctx, span := start(ctx, r.tracer, "session.DeleteUser")
+	n, err := r.r.DeleteUser(ctx, app, user)
+	end(span, err)
+	return n, err
+}
+
+// DeleteIdle implements session.Retention with a span around the call.
+func (r retention) DeleteIdle(ctx context.Context, app string, before time.Time) (int64, error) {
+	ctx, span := start(ctx, r.tracer, "session.DeleteIdle")
+	n, err := r.r.DeleteIdle(ctx, app, before)
 	end(span, err)
 	return n, err
 }

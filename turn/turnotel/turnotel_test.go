@@ -2,7 +2,6 @@ package turnotel_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -106,7 +105,7 @@ func TestWrappedStoresKeepTheirLocation(t *testing.T) {
 }
 
 // A store wrapped for tracing keeps its bulk deletes (session.Retention), on the plain and on
-// the transactional wrapper; over a store without them the wrapper says so.
+// the transactional wrapper, and gains none it lacks.
 func TestWrappedSessionsKeepRetention(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -129,8 +128,10 @@ func TestWrappedSessionsKeepRetention(t *testing.T) {
 		_, err = s.Get(ctx, key, 0)
 		require.ErrorIs(t, err, session.ErrNotFound, "%s: deleted in the wrapped store", name)
 	}
-	_, err = turnotel.Sessions(noRetention{session.NewMemoryStore()}, o).(session.Retention).DeleteUser(ctx, "a", "u-1")
-	require.ErrorIs(t, err, errors.ErrUnsupported)
+	_, ok := turnotel.Sessions(noRetention{session.NewMemoryStore()}, o).(session.Retention)
+	require.False(t, ok, "over a store without bulk deletes the wrapper has none either")
+	_, ok = turnotel.Sessions(sqlStore, o).(session.TxAppender)
+	require.True(t, ok, "the SQL store keeps its joint transaction beside its bulk deletes")
 }
 
 // noRetention is a Store without session.Retention.
