@@ -103,6 +103,12 @@ func (p *partition) run(ctx context.Context, r *record, span trace.Span) (*outbo
 		}
 	}
 	var bo *backoff.ExponentialBackOff // made at the first retry; most turns have none
+	retryIn := func() time.Duration {
+		if bo == nil {
+			bo = newBackoff(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff)
+		}
+		return bo.NextBackOff()
+	}
 	failures, limited, calls, alone := 0, 0, 0, false
 	for {
 		probe, err := c.throttle.wait(p.waits, true)
@@ -160,10 +166,7 @@ func (p *partition) run(ctx context.Context, r *record, span trace.Span) (*outbo
 			}
 		case turn.KindUnavailable:
 			c.health.sawUnavailable(err)
-			if bo == nil {
-				bo = newBackoff(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff)
-			}
-			d := bo.NextBackOff()
+			d := retryIn()
 			rl.get().Warn("turn hit an unavailable dependency; retrying, no attempt spent", "err", err, "retry_in", d.String())
 			if !sleep(p.waits, d) {
 				p.abandonTurn(rl)
@@ -181,10 +184,7 @@ func (p *partition) run(ctx context.Context, r *record, span trace.Span) (*outbo
 				reason := fmt.Sprintf("%d attempts failed in this member; last error: %v", failures, err)
 				return p.deadLetter(r, &req, reason, err, attempt), true, calls
 			}
-			if bo == nil {
-				bo = newBackoff(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff)
-			}
-			d := bo.NextBackOff()
+			d := retryIn()
 			rl.get().Warn("turn attempt failed; retrying", "attempt", attempt, "err", err, "retry_in", d.String())
 			if !sleep(p.waits, d) {
 				p.abandonTurn(rl)
