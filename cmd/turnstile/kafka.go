@@ -211,11 +211,7 @@ func checkSandbox(ctx context.Context, client sarama.Client, to string) error {
 	}
 	sc := *client.Config()
 	sc.Consumer.Return.Errors = true
-	var brokers []string
-	for _, b := range client.Brokers() {
-		brokers = append(brokers, b.Addr())
-	}
-	cons, err := sarama.NewConsumer(brokers, &sc)
+	cons, err := sarama.NewConsumer(brokerAddrs(client), &sc)
 	if err != nil {
 		return fmt.Errorf("consumer: %w", err)
 	}
@@ -274,6 +270,16 @@ func checkSandboxPartition(ctx context.Context, cons sarama.Consumer, to string,
 	}
 }
 
+// brokerAddrs returns the addresses of client's brokers, for a producer or consumer that
+// needs a config of its own.
+func brokerAddrs(client sarama.Client) []string {
+	var addrs []string
+	for _, b := range client.Brokers() {
+		addrs = append(addrs, b.Addr())
+	}
+	return addrs
+}
+
 func hasReplayedFrom(m *sarama.ConsumerMessage) bool {
 	for _, h := range m.Headers {
 		if h != nil && string(h.Key) == headerReplayedFrom {
@@ -297,11 +303,7 @@ func copyRecords(ctx context.Context, client sarama.Client, from, to string, sin
 	sc.Producer.Idempotent, sc.Producer.RequiredAcks, sc.Net.MaxOpenRequests = true, sarama.WaitForAll, 1
 	sc.Producer.Return.Successes = true
 	sc.Producer.Partitioner = sarama.NewManualPartitioner
-	var brokers []string
-	for _, b := range client.Brokers() {
-		brokers = append(brokers, b.Addr())
-	}
-	producer, err := sarama.NewSyncProducer(brokers, &sc)
+	producer, err := sarama.NewSyncProducer(brokerAddrs(client), &sc)
 	if err != nil {
 		return 0, fmt.Errorf("producer: %w", err)
 	}
