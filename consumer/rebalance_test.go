@@ -30,7 +30,14 @@ func paced(d time.Duration) func(ctx context.Context, in turn.Input) (turn.Outpu
 
 func produceConversations(e *env, convs, perConv int) map[string][]turn.Request {
 	sent := map[string][]turn.Request{}
-	for i := range perConv {
+	produceMore(e, sent, convs, 0, perConv)
+	return sent
+}
+
+// produceMore produces messages from..to-1 of each of convs conversations, round by round,
+// and appends them to sent.
+func produceMore(e *env, sent map[string][]turn.Request, convs, from, to int) {
+	for i := from; i < to; i++ {
 		for c := range convs {
 			conv := fmt.Sprintf("conv-%d", c)
 			r := request(conv, fmt.Sprintf("%s message %02d", conv, i))
@@ -38,7 +45,6 @@ func produceConversations(e *env, convs, perConv int) map[string][]turn.Request 
 			e.produce(r)
 		}
 	}
-	return sent
 }
 
 func TestMemberLeavesAndAnotherJoinsMidRun(t *testing.T) {
@@ -52,10 +58,14 @@ func TestMemberLeavesAndAnotherJoinsMidRun(t *testing.T) {
 		pace, inFlight = 400*time.Millisecond, convs
 	}
 	a := e.start(memberOpts{model: paced(pace)})
-	sent := produceConversations(e, convs, 10)
+	sent := produceConversations(e, convs, 5)
 
 	eventually(t, func() bool { return a.c.Stats().Results >= 60 }, "member a makes progress")
 	b := e.start(memberOpts{model: paced(pace)})
+	// The second half is produced once b holds partitions: on a loaded machine the rebalance
+	// can take longer than a needs for the first half, and b must have work of its own.
+	eventually(t, func() bool { return b.c.Stats().Claims > 0 }, "b is given partitions")
+	produceMore(e, sent, convs, 5, 10)
 	eventually(t, func() bool { return b.c.Stats().Results >= 10 }, "b serves the partitions it was given")
 	a.stop(t) // a graceful leave: in-flight turns finish or are cancelled, marks committed
 
