@@ -177,11 +177,16 @@ func TestSlowTurnOutlivesRevokeGrace(t *testing.T) {
 	eventually(t, func() bool { return b.c.Stats().Records == 1 })
 
 	bl.unblock() // a's hung turns now finish: the moved one late, the kept one in time
-	eventually(t, func() bool { return a.c.Stats().Abandoned+a.c.Stats().LateDropped == 1 })
+	// At least the moved partition's turn was abandoned; on a loaded machine a missed
+	// heartbeat can end a's session and take the kept partition too, which is no failure.
+	eventually(t, func() bool { return a.c.Stats().Abandoned+a.c.Stats().LateDropped >= 1 })
 	all := e.resultsByID(2)
 	require.Len(t, all[moved.ID], 1, "a's late completion is not published")
 	require.Len(t, all[kept.ID], 1)
-	eventually(t, func() bool { return a.c.Stats().Records == 1 }, "a marked only the partition it kept")
+	eventually(t, func() bool {
+		return e.cluster.CommittedOffset(t, e.group, e.requests, 0) == 1 && e.cluster.CommittedOffset(t, e.group, e.requests, 1) == 1
+	}, "both records committed")
+	require.LessOrEqual(t, a.c.Stats().Records, int64(1), "a never marked the moved partition's record")
 	_, perRequest := e.history(moved.ConversationID)
 	require.Equal(t, map[string]int{moved.ID: 1}, perRequest)
 }
