@@ -466,9 +466,9 @@ func (g groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim saram
 func (c *Consumer) consumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
 	p := newPartition(c, sess, tp{claim.Topic(), claim.Partition()})
 	defer p.cancelTurns()
+	c.stats.claims.Add(1) // before own makes Health ready: a reader of both sees the claim
 	defer c.own(p, claim)()
 	p.log.Debug("partition claimed", "offset", claim.InitialOffset())
-	c.stats.claims.Add(1)
 	if err := c.refreshPartitions(); err != nil { // the topic may have grown: result placement
 		p.log.Warn("refresh partition count", "err", err)
 	}

@@ -35,8 +35,10 @@ func (e *env) checkHistories(sent map[string][]turn.Request) {
 func TestOrderedTurnsTwoMembers(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 6, 6)
-	e.start(memberOpts{})
-	e.start(memberOpts{})
+	a, b := e.start(memberOpts{}), e.start(memberOpts{})
+	// Both members hold partitions before the first record: this test is about two members
+	// sharing the work, not a rebalance under load (rebalance_test.go has those).
+	eventually(t, func() bool { return a.c.Stats().Claims > 0 && b.c.Stats().Claims > 0 }, "both members assigned")
 
 	sent := map[string][]turn.Request{}
 	for i := range 50 {

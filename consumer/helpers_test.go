@@ -56,11 +56,9 @@ var testOrdering = func() consumer.Ordering {
 
 func setup(t *testing.T, requestPartitions, resultPartitions int32) *env {
 	t.Helper()
-	// A 3 s session (turntest's default for kfake is 1 s): under the race detector on a loaded
-	// two-core machine a member's heartbeats can stall for a second, and an expulsion the
-	// test did not ask for moves partitions it did not expect. Crash tests wait this long for
-	// the dead member's expulsion.
-	c := turntest.NewCluster(t, turntest.Options{Brokers: 3, SessionTimeout: 3 * time.Second})
+	// turntest's 3 s group session on kfake: crash tests wait this long for the dead member's
+	// expulsion.
+	c := turntest.NewCluster(t, turntest.Options{Brokers: 3})
 	return &env{
 		t: t, cluster: c, ordering: testOrdering,
 		requests: c.CreateTopic(t, "requests", requestPartitions),

@@ -165,8 +165,7 @@ func TestSlowTurnOutlivesRevokeGrace(t *testing.T) {
 	bl.waitEntered(t) // both partitions have a turn hanging in a's model
 
 	b := e.start(memberOpts{}) // the rebalance moves one partition to b
-	first := e.resultsByID(1)
-	require.Len(t, first, 1)
+	first := e.resultsByID(1)  // both, if a was expelled (a missed heartbeat under load)
 	var moved, kept turn.Request
 	for i, r := range slow {
 		if len(first[r.ID]) > 0 {
@@ -174,7 +173,7 @@ func TestSlowTurnOutlivesRevokeGrace(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, moved.ID, "b published the moved partition's request")
-	eventually(t, func() bool { return b.c.Stats().Records == 1 })
+	eventually(t, func() bool { return b.c.Stats().Records >= 1 })
 
 	bl.unblock() // a's hung turns now finish: the moved one late, the kept one in time
 	// At least the moved partition's turn was abandoned; on a loaded machine a missed

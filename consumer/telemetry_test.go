@@ -296,8 +296,8 @@ func TestHealthFollowsAssignmentAndPauses(t *testing.T) {
 		tune: func(cfg *consumer.Config) { cfg.MaxPause = 300 * time.Millisecond },
 	})
 	for deadline := time.Now().Add(wait); ; {
-		claims := m.c.Stats().Claims // read first: a claim after it makes Health ready
-		h := m.c.Health()
+		h := m.c.Health() // read first: a claim is counted before it makes Health ready
+		claims := m.c.Stats().Claims
 		if claims == 0 {
 			require.False(t, h.Ready(), "ready before the first assignment: %+v", h)
 		}

@@ -20,8 +20,11 @@ import (
 	"github.com/turnstile-go/turnstile/turntest"
 )
 
-// txnTimeout is the transaction timeout of these tests: below kfake's 1 s group session timeout.
-const txnTimeout = 500 * time.Millisecond
+// txnTimeout is the transaction timeout of these tests: below the suite's 3 s group session
+// timeout (setup), and long enough that a loaded machine does not hold a transaction open
+// past it (the coordinator would then abort it and fence the member: a failure the test did
+// not ask for).
+const txnTimeout = 2 * time.Second
 
 // transactional turns a member's transactional mode on with the given instance id ("" for a
 // random one).

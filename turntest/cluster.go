@@ -53,7 +53,10 @@ type Options struct {
 	GroupMinSessionTimeout time.Duration
 
 	// SessionTimeout is the consumer group session timeout that
-	// [Cluster.Config] sets; 0 means 1s on kfake and 10s on a real cluster
+	// [Cluster.Config] sets; 0 means 3s on kfake (short, so that a crash test
+	// waits little for the dead member's expulsion, but long enough that a
+	// loaded machine running tests under -race keeps its heartbeats) and 10s on
+	// a real cluster
 	// (whose brokers refuse less than group.min.session.timeout.ms, 6s by
 	// default). Heartbeats are sent every SessionTimeout/10.
 	SessionTimeout time.Duration
@@ -118,7 +121,7 @@ func (c *Cluster) startFake(opts Options, debug bool) error {
 		minSession = 10 * time.Millisecond
 	}
 	if c.sessionTimeout <= 0 {
-		c.sessionTimeout = time.Second
+		c.sessionTimeout = 3 * time.Second
 	}
 	kopts := []kfake.Opt{
 		kfake.NumBrokers(n),

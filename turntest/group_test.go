@@ -266,8 +266,9 @@ func TestGroupPauseResume(t *testing.T) {
 	m.group.PauseAll()
 	// A fetch already in flight may still deliver (the consumer must hold
 	// such records); give it time to return before producing. This wait
-	// sets the scene, it asserts nothing.
-	time.Sleep(300 * time.Millisecond)
+	// sets the scene, it asserts nothing (a second: fetches wait at most
+	// MaxWaitTime, 100 ms, but a loaded machine is slow to hand them over).
+	time.Sleep(time.Second)
 	for p := range int32(3) {
 		c.ProduceTo(t, topic, p, "k", []byte("while-paused"), nil)
 	}
