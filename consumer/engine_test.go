@@ -105,6 +105,15 @@ func TestKeyOrderOverlapAndWatermark(t *testing.T) {
 	}
 	e := setup(t, 1, 1)
 	e.delayProduce(e.results, 150*time.Millisecond)
+	// Two records of each conversation are a backlog when the member starts, so that turns
+	// overlap however slowly a loaded machine produces; the rest arrive round by round, each
+	// once the one before is committed, so that the committed offset is seen moving in many
+	// steps (a backlog of all of them is served in a few produce requests, and the offset
+	// moves in as many jumps).
+	const convs, perConv = 100, 10
+	sent := produceConversations(e, convs, 2)
+	stop := make(chan struct{})
+	watch := e.watchCommits(0, stop)
 	var ov overlap
 	e.start(memberOpts{model: func(ctx context.Context, in turn.Input) (turn.Output, error) {
 		ov.enter()
@@ -116,10 +125,11 @@ func TestKeyOrderOverlapAndWatermark(t *testing.T) {
 		}
 		return echo(in)
 	}})
-	stop := make(chan struct{})
-	watch := e.watchCommits(0, stop)
-	const convs, perConv = 100, 10
-	sent := produceConversations(e, convs, perConv)
+	for i := 2; i < perConv; i++ {
+		eventually(t, func() bool { return e.cluster.CommittedOffset(t, e.group, e.requests, 0) == int64(i*convs) },
+			"the rounds before %d committed", i)
+		produceMore(e, sent, convs, i, i+1)
+	}
 	offsetOf := map[string]int64{}
 	for _, msg := range e.cluster.ReadAll(t, e.requests, convs*perConv, wait) {
 		req, err := turn.Decoder{}.Decode(msg.Value)
@@ -240,14 +250,6 @@ func TestHotKeyDoesNotStarveOthers(t *testing.T) {
 		t.Skip("by partition, every record waits for the ones before it")
 	}
 	e := setup(t, 1, 1)
-	var hotDone atomic.Int64
-	e.start(memberOpts{model: func(ctx context.Context, in turn.Input) (turn.Output, error) {
-		if in.Request.ConversationID == "hot" {
-			time.Sleep(20 * time.Millisecond)
-			hotDone.Add(1)
-		}
-		return echo(in)
-	}})
 	var hot []turn.Request
 	for i := range 100 {
 		hot = append(hot, request("hot", fmt.Sprintf("hot %d", i)))
@@ -258,6 +260,17 @@ func TestHotKeyDoesNotStarveOthers(t *testing.T) {
 		cold = append(cold, request(fmt.Sprintf("cold-%d", i), "cold"))
 	}
 	e.produce(cold...)
+	// The hot backlog is there before the member starts: on a loaded machine producing one
+	// record may take as long as a hot turn, and a backlog built while the member runs may
+	// never grow.
+	var hotDone atomic.Int64
+	e.start(memberOpts{model: func(ctx context.Context, in turn.Input) (turn.Output, error) {
+		if in.Request.ConversationID == "hot" {
+			time.Sleep(20 * time.Millisecond)
+			hotDone.Add(1)
+		}
+		return echo(in)
+	}})
 	eventually(t, func() bool {
 		results := e.resultsByID(int(e.cluster.RecordCount(t, e.results))) // all written so far
 		for _, r := range cold {
