@@ -40,15 +40,7 @@ func TestOrderedTurnsTwoMembers(t *testing.T) {
 	// sharing the work, not a rebalance under load (rebalance_test.go has those).
 	eventually(t, func() bool { return a.c.Stats().Claims > 0 && b.c.Stats().Claims > 0 }, "both members assigned")
 
-	sent := map[string][]turn.Request{}
-	for i := range 50 {
-		for c := range 3 {
-			conv := fmt.Sprintf("conv-%d", c)
-			r := request(conv, fmt.Sprintf("%s message %02d", conv, i))
-			sent[conv] = append(sent[conv], r)
-			e.produce(r)
-		}
-	}
+	sent := produceConversations(e, 3, 50)
 	results := e.resultsByID(150)
 	for conv, reqs := range sent {
 		for _, r := range reqs {

@@ -182,9 +182,7 @@ func TestSlowTurnOutlivesRevokeGrace(t *testing.T) {
 	all := e.resultsByID(2)
 	require.Len(t, all[moved.ID], 1, "a's late completion is not published")
 	require.Len(t, all[kept.ID], 1)
-	eventually(t, func() bool {
-		return e.cluster.CommittedOffset(t, e.group, e.requests, 0) == 1 && e.cluster.CommittedOffset(t, e.group, e.requests, 1) == 1
-	}, "both records committed")
+	eventually(t, func() bool { return e.committed(2) == 2 }, "both records committed")
 	require.LessOrEqual(t, a.c.Stats().Records, int64(1), "a never marked the moved partition's record")
 	_, perRequest := e.history(moved.ConversationID)
 	require.Equal(t, map[string]int{moved.ID: 1}, perRequest)
