@@ -46,34 +46,31 @@ func Recovered(where string, v any) *PanicError {
 	return &PanicError{Where: where, Value: v, Stack: panicStack(3)}
 }
 
-// panicStack returns the frames below the runtime's panic frames of the calling goroutine,
-// skipping skip frames first (runtime.Callers, panicStack, its caller...).
+// panicStack returns the frames of the calling goroutine below the runtime's panic frames
+// (all of them, when it is not panicking), skipping skip frames first (runtime.Callers,
+// panicStack, its caller...).
 func panicStack(skip int) string {
 	pcs := make([]uintptr, 64)
 	pcs = pcs[:runtime.Callers(skip, pcs)]
 	frames := runtime.CallersFrames(pcs)
 	var (
-		b        strings.Builder
-		n        int
-		inPanic  bool // past runtime.gopanic: the frames that follow panicked
-		sawPanic bool
+		b strings.Builder
+		n int
 	)
 	var all []runtime.Frame
+	start := 0 // after the outermost runtime.gopanic: a panic raised again in a deferred call
+	// (to name its origin, or to release a lock) keeps the first panic's frames below it
 	for {
 		f, more := frames.Next()
 		all = append(all, f)
 		if f.Function == "runtime.gopanic" {
-			sawPanic = true
+			start = len(all)
 		}
 		if !more {
 			break
 		}
 	}
-	for _, f := range all {
-		if sawPanic && !inPanic {
-			inPanic = f.Function == "runtime.gopanic"
-			continue
-		}
+	for _, f := range all[start:] {
 		if strings.HasPrefix(f.Function, "runtime.") {
 			continue // runtime.panicmem, runtime.sigpanic, runtime.goexit
 		}
