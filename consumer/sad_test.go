@@ -102,17 +102,25 @@ func TestOversizedDeadLetterDoesNotStall(t *testing.T) {
 	require.Equal(t, "0", h[consumer.HeaderSourceOffset])
 }
 
+// inflateNovel wraps a Handler so that the Result of "write me a novel" grows to 1.2 MB after
+// the Runner stored it: a Handler's Result the results topic refuses (the Runner's own check of
+// turn.ResultLimit never sees it), which exercises the refusal path after the publish.
+func inflateNovel(h consumer.Handler) consumer.Handler {
+	return consumer.HandlerFunc(func(ctx context.Context, req turn.Request) (*turn.Result, error) {
+		res, err := h.Handle(ctx, req)
+		if err == nil && res != nil && req.Text == "write me a novel" {
+			res.Text = strings.Repeat("words ", 200_000)
+		}
+		return res, err
+	})
+}
+
 // A result the results topic refuses (too large) is dead-lettered with the reason, instead of
 // being retried forever.
 func TestRefusedResultIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 1, 1)
-	m := e.start(memberOpts{model: func(_ context.Context, in turn.Input) (turn.Output, error) {
-		if in.Request.Text == "write me a novel" {
-			return turn.Output{Events: []session.Event{{Text: strings.Repeat("words ", 200_000)}}}, nil
-		}
-		return echo(in)
-	}})
+	m := e.start(memberOpts{wrap: inflateNovel})
 	novel, next := request("c-novel", "write me a novel"), request("c-novel", "a haiku then")
 	e.produce(novel, next)
 	e.waitDone(t, next)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -297,12 +296,7 @@ func killRun(t *testing.T, transactional bool) int {
 func TestTxnAbortResendsWithoutModelCall(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 1, 1)
-	m := e.start(memberOpts{tune: e.transactional("", nil), model: func(_ context.Context, in turn.Input) (turn.Output, error) {
-		if in.Request.Text == "write me a novel" {
-			return turn.Output{Events: []session.Event{{Text: strings.Repeat("words ", 200_000)}}}, nil
-		}
-		return echo(in)
-	}})
+	m := e.start(memberOpts{tune: e.transactional("", nil), wrap: inflateNovel})
 	novel, next := request("c-novel", "write me a novel"), request("c-novel", "a haiku then")
 	e.produce(novel, next)
 	dead := e.cluster.ReadAll(t, e.dlq, 1, wait) // read_committed
