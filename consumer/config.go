@@ -121,16 +121,29 @@ type Config struct {
 	RetryBackoff    time.Duration
 	MaxRetryBackoff time.Duration
 	// MaxPause caps the pause of all partitions after a rate limit, whatever delay the model
-	// asked for: after it, one turn per partition probes again. Default DefaultMaxPause.
+	// asked for: after it, one turn probes again. It caps too the backoff of a request rate
+	// limited alone (see MaxRateLimits). Default DefaultMaxPause.
 	MaxPause time.Duration
-	// MaxRateLimits bounds how many times one request may be answered with a rate limit
-	// (turn.KindRateLimited) in this member before it is dead-lettered with the reason "rate
-	// limited N times". A rate limit spends no attempt, so without a bound a request that is
-	// always refused (a prompt over a per-minute token limit, say) would pause every
-	// partition forever (G5). Pauses after repeated limits grow up to MaxPause, so the
-	// default, DefaultMaxRateLimits (20), lets a request wait out a provider's limit of
-	// roughly a quarter of an hour, while a request refused alone among others that pass is
-	// dead-lettered after about 20 short pauses. The count starts again on another member.
+	// MaxRateLimits bounds the rate limits (turn.KindRateLimited) one request may meet in
+	// this member before it is dead-lettered with the reason "rate limited N times in this
+	// member (Config.MaxRateLimits), rate limited alone M times while other requests passed".
+	// A rate limit spends no attempt. Rate limits are told apart:
+	//   - a request's first rate limit pauses every partition (for the delay the model asked
+	//     for), and counts;
+	//   - a rate limit met again after a turn that started after the request's previous one
+	//     succeeded was met alone (a per-tenant limit at a gateway, a prompt over a token
+	//     limit): only the request's key waits, with its own exponential backoff from
+	//     RetryBackoff up to MaxPause, never below the delay asked for; no partition pauses,
+	//     and it counts;
+	//   - a rate limit met again after other requests were rate limited meanwhile and none
+	//     passed is the provider's: every partition pauses, and it counts against nothing,
+	//     however long the provider's limit lasts;
+	//   - otherwise (the request is the only one limited and nothing passed, as when it is
+	//     alone in the member) every partition pauses, and it counts.
+	// So a request always refused while others pass is dead-lettered after MaxRateLimits of
+	// its own backoffs (with the default 20 and the default RetryBackoff and MaxPause, about
+	// 12 minutes, during which it holds its conversation and one slot of MaxInFlight, not the
+	// member). Default DefaultMaxRateLimits. The count starts again on another member.
 	MaxRateLimits int
 	// Decoder decodes and validates request records; its zero value applies turn's default
 	// limits. With RunnerHandler leave it zero: New takes the Runner's Decoder (the Runner

@@ -27,7 +27,8 @@
 //     A crash counts only against a request that ran alone: every turn's context carries
 //     turn.WithCrashIsolation, and a request whose last attempt ended with its member beside
 //     other turns (turn.ErrRunAlone) runs again with no other turn of the member in a Handler
-//     call. A request rate limited Config.MaxRateLimits times is dead-lettered. Records that do
+//     call. A request rate limited alone (others pass) waits by itself, without pausing the member, and
+//     is dead-lettered after Config.MaxRateLimits. Records that do
 //     not decode are dead-lettered at once, and every dead letter the topic refuses as too
 //     large is sent again without the value, then the headers, then the key. By key, a slow conversation holds
 //     up only itself: the others of its partition go on, within the window.

@@ -21,8 +21,10 @@ import (
 //     *turn.DeadLetterError when there is one) and its offset commits;
 //   - turn.KindAttempt: retried after a backoff, dead-lettered after Config.MaxAttempts;
 //   - turn.KindRateLimited: all partitions pause for turn.RetryDelay (capped exponential when
-//     repeated), then the request is tried again, with no attempt spent; after
-//     Config.MaxRateLimits of them the request is dead-lettered;
+//     repeated), then the request is tried again, with no attempt spent; a request limited
+//     again while other requests pass waits alone instead, with its own backoff; after
+//     Config.MaxRateLimits of them (not counting limits that other requests meet too) the
+//     request is dead-lettered;
 //   - turn.KindUnavailable: retried after a backoff, with no attempt spent;
 //   - turn.KindRunAlone: the request's last attempt ended with its member while other turns
 //     ran (turn.ErrRunAlone); it is run again with no other turn of the member in a Handler

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/turnstile-go/turnstile/consumer"
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // rateLimiter answers RetryAfter for a while from its first call, recording when each
@@ -150,4 +153,111 @@ func TestRateLimitQuietsOtherPartitions(t *testing.T) {
 			"partition of %s called the model %v after the 429, inside the %v pause", r.ConversationID, starts[r.ID].Sub(limited), delay)
 	}
 	require.EqualValues(t, 1, m.c.Stats().Pauses)
+}
+
+// Issue 19: a request that the model always answers with a rate limit while every other
+// request passes (a per-tenant limit at an LLM gateway) was the probe after every pause: the
+// pauses grew and the member served almost nothing else until the request was dead-lettered.
+// Now, after the first pause, another request probes; the limited request, refused while
+// others pass, backs off alone and is dead-lettered after MaxRateLimits, and every other
+// request gets its result first.
+func TestRateLimitOfOneRequestLetsOthersFlow(t *testing.T) {
+	t.Parallel()
+	const partitions, others, limit = 12, 150, 5
+	e := setup(t, partitions, partitions)
+	refused := request("rl-tenant", "always refused by the tenant's limit")
+	var (
+		done atomic.Int64 // other requests whose turn succeeded
+		mu   sync.Mutex
+		seen []int64 // done, at each model call of the refused request
+	)
+	m := e.start(memberOpts{
+		model: func(_ context.Context, in turn.Input) (turn.Output, error) {
+			if in.Request.ID == refused.ID {
+				mu.Lock()
+				seen = append(seen, done.Load())
+				mu.Unlock()
+				return turn.Output{}, turn.RetryAfter(3*time.Second, errors.New("HTTP 429 Too Many Requests: tenant limit"))
+			}
+			time.Sleep(5 * time.Millisecond)
+			return echo(in)
+		},
+		wrap: func(h consumer.Handler) consumer.Handler {
+			return consumer.HandlerFunc(func(ctx context.Context, req turn.Request) (*turn.Result, error) {
+				res, err := h.Handle(ctx, req)
+				if err == nil && req.ID != refused.ID {
+					done.Add(1)
+				}
+				return res, err
+			})
+		},
+		// MaxPause bounds the old code's pauses, so that it fails in seconds, not minutes.
+		tune: func(cfg *consumer.Config) { cfg.MaxRateLimits, cfg.MaxPause = limit, 2*time.Second },
+	})
+	produceTo := func(p int32, r turn.Request) {
+		data, err := r.Encode()
+		require.NoError(t, err)
+		e.cluster.ProduceTo(t, e.requests, p, r.ConversationID, data, nil)
+	}
+	produceTo(0, refused) // first: it meets its limit while the others start
+	first := int32(0)
+	if e.ordering == consumer.OrderByPartition { // its partition's records wait behind it by design
+		first = 1
+	}
+	for i := range others {
+		produceTo(first+int32(i)%(partitions-first), request(fmt.Sprintf("rl-other-%d", i), "hello"))
+	}
+
+	dead := e.cluster.ReadAll(t, e.dlq, 1, wait)
+	require.Len(t, dead, 1)
+	mu.Lock()
+	require.Len(t, seen, limit, "the refused request's model calls")
+	require.EqualValues(t, others, seen[limit-1], "every other request was served before the refused one's last call")
+	mu.Unlock()
+	h := turntest.HeaderMap(dead[0])
+	require.Equal(t, refused.ID, h[consumer.HeaderRequestID])
+	require.Contains(t, h[consumer.HeaderReason], fmt.Sprintf("rate limited %d times", limit))
+	require.Contains(t, h[consumer.HeaderReason], "rate limited alone")
+	require.Contains(t, h[consumer.HeaderReason], "HTTP 429")
+	results := e.distinctResults(others)
+	require.Len(t, results, others)
+	require.NotContains(t, results, refused.ID)
+	st := m.c.Stats()
+	require.EqualValues(t, 1, st.DeadLetters)
+	require.Zero(t, st.Retries, "a rate limit spends no attempt")
+}
+
+// A rate limit that every request meets (the provider's, for a while) still pauses every
+// partition, spends no attempt and, as long as other requests are limited alongside, counts
+// against no request's MaxRateLimits: the probes after the pauses are requests other than the
+// last one limited, so none is dead-lettered even with MaxRateLimits 2.
+func TestRateLimitOfEveryRequestPausesEveryPartition(t *testing.T) {
+	t.Parallel()
+	const partitions = 12
+	e := setup(t, partitions, partitions)
+	rl := &rateLimiter{window: 3500 * time.Millisecond, delay: 300 * time.Millisecond, calls: map[int32][]call{}}
+	sent := produceConversations(e, 36, 1) // a backlog: every turn of the first wave meets the limit
+	m := e.start(memberOpts{model: rl.model, tune: func(cfg *consumer.Config) { cfg.MaxRateLimits = 2 }})
+	eventually(t, func() bool {
+		h := m.c.Health()
+		return h.PauseReason == consumer.PauseReasonRateLimit && len(h.Paused) == partitions
+	}, "every partition paused for the rate limit")
+	eventually(t, func() bool { st := m.c.Stats(); return st.Turns+st.DeadLetters >= 36 })
+	st := m.c.Stats()
+	require.Zero(t, st.DeadLetters, "no request is dead-lettered for the provider's limit")
+	require.Zero(t, st.Retries, "a rate limit spends no attempt")
+	require.GreaterOrEqual(t, st.Pauses, int64(2), "the limit outlasted the first pause: probes were limited too")
+	results := e.resultsByID(36)
+	require.Len(t, results, 36)
+	for id, msgs := range results {
+		require.Equal(t, "1", turntest.HeaderMap(msgs[0])[consumer.HeaderAttempt], "request %s", id)
+	}
+	for conv := range sent {
+		for _, r := range sent[conv] {
+			entry, err := e.inbox.Get(context.Background(), turn.InboxKey(turn.DefaultApp, r))
+			require.NoError(t, err)
+			require.Equal(t, 1, entry.Attempts, "request %s", r.ID)
+		}
+	}
+	e.checkHistories(sent)
 }

@@ -167,7 +167,8 @@ func (p *partition) run(ctx context.Context, r *record, span trace.Span, got **t
 		}
 		return bo.NextBackOff()
 	}
-	failures, limited, calls, alone := 0, 0, 0, false
+	failures, calls, alone := 0, 0, false
+	var rate rateLimits // this request's rate limits (throttle.go)
 	var probe bool
 	defer func() {
 		// A panic between the throttle's wait and the probe's outcome (telemetry, say) must
@@ -178,11 +179,12 @@ func (p *partition) run(ctx context.Context, r *record, span trace.Span, got **t
 		}
 	}()
 	for {
-		probe, err = c.throttle.wait(p.waits, true)
+		probe, err = c.throttle.wait(p.waits, r)
 		if err != nil {
 			p.abandonTurn(rl)
 			return nil, false, calls
 		}
+		at := c.throttle.clock()
 		res, encoded, err := p.handle(ctx, req, alone)
 		calls++
 		if errors.Is(err, errAloneWaitEnded) {
@@ -206,7 +208,7 @@ func (p *partition) run(ctx context.Context, r *record, span trace.Span, got **t
 		}
 		switch kind {
 		case turn.KindNone:
-			c.throttle.succeeded()
+			c.throttle.succeeded(at)
 			c.stats.turns.Add(1)
 			return p.result(r, &req, res, encoded, rl), true, calls
 		case turn.KindPermanent:
@@ -218,14 +220,25 @@ func (p *partition) run(ctx context.Context, r *record, span trace.Span, got **t
 			return p.deadLetter(r, &req, reason, err, attempts), true, calls
 		case turn.KindRateLimited:
 			c.stats.rateLimited.Add(1)
-			if limited++; limited >= c.cfg.MaxRateLimits {
+			d, _ := turn.RetryDelay(err)
+			own := rate.limited(c.throttle)
+			if rate.counted >= c.cfg.MaxRateLimits {
 				// Always refused: no pause for it, and another turn may probe (G5).
 				c.throttle.endProbe(probe)
-				reason := fmt.Sprintf("rate limited %d times in this member (Config.MaxRateLimits); last error: %v", limited, err)
-				return p.deadLetter(r, &req, reason, err, failures), true, calls
+				return p.deadLetter(r, &req, rate.reason(err), err, failures), true, calls
 			}
-			d, _ := turn.RetryDelay(err)
-			if c.throttle.pause(d, probe) {
+			if own {
+				// Refused while others pass: its key backs off alone, no partition pauses.
+				c.throttle.endProbe(probe)
+				wait := rate.backoff(c.cfg.RetryBackoff, c.cfg.MaxPause, d)
+				rl.get().Warn("request rate limited while others pass; it alone waits", "times", rate.counted, "retry_in", wait.String(), "err", err)
+				if !sleep(p.waits, wait) {
+					p.abandonTurn(rl)
+					return nil, false, calls
+				}
+				continue
+			}
+			if c.throttle.pause(d, probe, r, rate.mark) {
 				c.stats.pauses.Add(1)
 				if m := c.meters; m != nil {
 					m.pauses.Add(ctx, 1, m.base)

@@ -8,6 +8,7 @@
 //	go run ./internal/consumerbench -scenario stores     # PostgreSQL and SQLite stores vs memory stores, 50 ms model
 //	go run ./internal/consumerbench -scenario memory     # peak RSS with a 1,000,000-record backlog (broker in a child process)
 //	go run ./internal/consumerbench -scenario txn        # transactional mode vs default: throughput and read_committed latency
+//	go run ./internal/consumerbench -scenario ratelimit  # 150 requests: control vs with one always rate-limited request
 //	go run ./internal/consumerbench -scenario telemetry  # tracing and metrics on (OpenTelemetry SDK, no-op exporter) vs off;
 //	                                                    # -model 5ms for a model that takes time, CONSUMERBENCH_TELEMETRY=traces (or metrics) for one alone
 //
@@ -58,7 +59,7 @@ var quiet = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: 
 
 func main() {
 	var o options
-	flag.StringVar(&o.scenario, "scenario", "overhead", "overhead, slow, pc, latency, stores, memory, telemetry or txn")
+	flag.StringVar(&o.scenario, "scenario", "overhead", "overhead, slow, pc, latency, stores, memory, telemetry, txn or ratelimit")
 	flag.IntVar(&o.records, "records", 0, "records per run (0: the scenario's default)")
 	flag.IntVar(&o.partitions, "partitions", 12, "partitions of the requests topic")
 	flag.IntVar(&o.keys, "keys", 1000, "conversations (record keys)")
@@ -149,6 +150,8 @@ func main() {
 		err = telemetryScenario(ctx, o)
 	case o.scenario == "txn":
 		err = txnScenario(ctx, o)
+	case o.scenario == "ratelimit":
+		err = rateLimitScenario(ctx, o)
 	case o.scenario == "memory-one":
 		err = memoryOne(ctx, o)
 	default:

@@ -27,11 +27,13 @@ type member struct {
 	sessions session.Store
 	inbox    inbox.Inbox
 	tune     func(*consumer.Config)
-	onClaim  func() // called once, when the member first holds a partition
+	onClaim  func()                    // called once, when the member first holds a partition
+	until    func(consumer.Stats) bool // when the run is over; nil: every record received
 }
 
 // runTurnstile serves n records of requests with one turnstile member and returns the time
-// from its first claim to the last record's offset becoming committable, and its stats.
+// from its first claim to the last record's offset becoming committable (or to m.until), and
+// its stats.
 func runTurnstile(ctx context.Context, brokers []string, requests, results string, n int, m member) (time.Duration, consumer.Stats, error) {
 	if m.sessions == nil {
 		m.sessions, m.inbox = session.NewMemoryStore(), inbox.NewMemoryInbox()
@@ -75,7 +77,7 @@ func runTurnstile(ctx context.Context, brokers []string, requests, results strin
 				m.onClaim()
 			}
 		}
-		if st.Records >= int64(n) {
+		if (m.until == nil && st.Records >= int64(n)) || (m.until != nil && m.until(st)) {
 			break
 		}
 		if progress && !start.IsZero() && time.Since(lastProgress) >= 100*time.Millisecond {
