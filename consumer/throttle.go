@@ -169,6 +169,13 @@ func (t *throttle) succeeded(at uint64) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if at < t.lastMark {
+		// The turn started before the rate limit that set the pause: its success says nothing
+		// of the model now (it was let in before the limit). The pause's probe, a turn that
+		// starts after it, decides; else the request limited last would run again before
+		// anything showed that others pass, look shared, and pause every partition again.
+		return
+	}
 	t.bo.Reset()
 	t.streak = 0
 	if t.needProbe {

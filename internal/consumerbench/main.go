@@ -67,7 +67,7 @@ func main() {
 	flag.StringVar(&o.postgres, "postgres", envOr("TURNSTILE_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL DSN for -scenario stores")
 	flag.DurationVar(&o.duration, "duration", time.Minute, "how long -scenario memory consumes")
 	flag.StringVar(&o.memPartitions, "memory-partitions", "12,48", "partition counts for -scenario memory")
-	flag.DurationVar(&o.modelDelay, "model", 0, "the model's time per turn in -scenario telemetry (0: instant)")
+	flag.DurationVar(&o.modelDelay, "model", 0, "the model's time per turn in -scenario telemetry (0: instant) and ratelimit (0: 20 ms, then 200 ms)")
 	flag.BoolVar(&o.brokerMode, "broker", false, "internal: run as the broker process of -scenario memory")
 	flag.StringVar(&o.backlogTopic, "backlog-topic", "", "internal: topic the broker process fills")
 	traceFile := flag.String("trace", "", "write an execution trace of the run to this file (go tool trace -pprof=sched|sync|net)")

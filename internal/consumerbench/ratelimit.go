@@ -15,15 +15,31 @@ import (
 // control (no limited request) against the same 150 plus one request the model always answers
 // with turn.RetryAfter (a per-tenant limit at a gateway), produced first. The figure is the
 // throughput of the 150 others: from the member's first claim to their 150th turn.
+//
+// It runs with a 20 ms model (a cached or tiny model: the whole control run takes a fifth of a
+// second, so one pause of every partition for the limited request's first 100 ms weighs a
+// third of it) and a 200 ms model (still fast for an LLM), or with -model alone when set.
 func rateLimitScenario(ctx context.Context, o options) error {
-	n := orDefault(o.records, 150)
-	const modelTime, retryAfter = 20 * time.Millisecond, 100 * time.Millisecond
 	cluster, err := turntest.Start(turntest.Options{})
 	if err != nil {
 		return err
 	}
 	defer cluster.Close()
-	brokers := cluster.Brokers()
+	models := []time.Duration{20 * time.Millisecond, 200 * time.Millisecond}
+	if o.modelDelay > 0 {
+		models = []time.Duration{o.modelDelay}
+	}
+	for _, m := range models {
+		if err := rateLimitRuns(ctx, o, cluster.Brokers(), m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func rateLimitRuns(ctx context.Context, o options, brokers []string, modelTime time.Duration) error {
+	n := orDefault(o.records, 150)
+	const retryAfter = 100 * time.Millisecond
 	fmt.Printf("ratelimit: %d requests, %d partitions, %d keys, %v model; limited side: one more request, always RetryAfter(%v)\n",
 		n, o.partitions, n+1, modelTime, retryAfter)
 	row("run", "control req/s", "with limited req/s", "ratio", "pauses", "limited model calls")
