@@ -135,6 +135,15 @@ func requireEveryRequestAnswered(t testing.TB, answered map[string]bool, reqs ..
 	require.Empty(t, missing, "requests with neither a result nor a dead letter")
 }
 
+// carriedInto adds to answered the requests a run that continued as new handed to the next run
+// in next.Pending: they are still the conversation's, not dropped.
+func carriedInto(answered map[string]bool, next State) map[string]bool {
+	for _, p := range next.Pending {
+		answered[p.Request.ID] = true
+	}
+	return answered
+}
+
 func (p *recordingPublisher) resultIDs() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
