@@ -143,14 +143,20 @@ type Consumer struct {
 	runCtx     context.Context
 	group      sarama.ConsumerGroup
 	out        *output
-	txn        *txn   // transactional mode (txn.go), nil otherwise
-	txnHook    func() // tests: runs before each CommitTxn
-	pauses     *pauses
-	throttle   *throttle
-	partitions atomic.Int32 // of the requests topic
-	client     sarama.Client
-	committer  atomic.Pointer[committer] // of the current session; sessions do not overlap
-	solo       soloGate                  // lets a turn run with no other in flight (turn.ErrRunAlone)
+	txn        *txn                          // transactional mode (txn.go), nil otherwise
+	txnHook    func()                        // tests: runs before each CommitTxn
+	decodeHook func(*sarama.ConsumerMessage) // tests: runs before each record's decoding
+
+	// maxRecordBytes is the producer's Producer.MaxMessageBytes; a turn's Result must fit
+	// in it with its record's key and headers (resultLimit, turn.ResultLimit).
+	maxRecordBytes    int
+	resultLimitSource string
+	pauses            *pauses
+	throttle          *throttle
+	partitions        atomic.Int32 // of the requests topic
+	client            sarama.Client
+	committer         atomic.Pointer[committer] // of the current session; sessions do not overlap
+	solo              soloGate                  // lets a turn run with no other in flight (turn.ErrRunAlone)
 
 	// hostRunner is the RunnerHandler's Runner as the host gave it, before telemetry wrapped
 	// its stores: a replay compares its stores with production's (replay.go).
@@ -204,6 +210,9 @@ func New(cfg Config, h Handler) (*Consumer, error) {
 		return nil, err
 	}
 	c.meters = m
+	c.maxRecordBytes = cfg.producerConfig(newPartitioner).Producer.MaxMessageBytes
+	c.resultLimitSource = fmt.Sprintf("the producer's Producer.MaxMessageBytes of %d bytes, less room for the record's key and headers",
+		c.maxRecordBytes)
 	return c, nil
 }
 

@@ -30,6 +30,12 @@ import (
 //     Every Handler call's context carries turn.WithCrashIsolation;
 //   - turn.KindAbandoned: the turn was abandoned (revoke, shutdown): nothing is published or
 //     committed, and the record is read again by the partition's next owner.
+//
+// A panic in Handle is recovered: it fails the attempt with a *turn.PanicError (the panic
+// value and a trimmed stack), retried and dead-lettered after Config.MaxAttempts as a
+// turn.KindAttempt error is, and the member's other turns go on. Every Handler call's context
+// carries the turn.ResultLimit of the results producer (Producer.MaxMessageBytes less room for
+// the record's key and headers), which the Runner checks before it appends a turn.
 type Handler interface {
 	Handle(ctx context.Context, req turn.Request) (*turn.Result, error)
 }

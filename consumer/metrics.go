@@ -60,11 +60,11 @@ func newMeters(c *Consumer) (*meters, error) {
 	m := &meters{group: semconv.MessagingConsumerGroupName(c.cfg.GroupID)}
 	m.base = metric.WithAttributeSet(attribute.NewSet(m.group))
 	m.outcomes = map[string]metric.MeasurementOption{}
-	for _, o := range []string{OutcomeDone, OutcomeReplayed, OutcomeDeadLettered, OutcomeAbandoned} {
+	for _, o := range Outcomes() {
 		m.outcomes[o] = metric.WithAttributeSet(attribute.NewSet(m.group, turnotel.AttrOutcome.String(o)))
 	}
 	m.kinds = map[turn.Kind]metric.MeasurementOption{}
-	for _, k := range []turn.Kind{turn.KindNone, turn.KindAttempt, turn.KindPermanent, turn.KindRateLimited, turn.KindUnavailable, turn.KindAbandoned} {
+	for _, k := range turn.Kinds() {
 		m.kinds[k] = metric.WithAttributeSet(attribute.NewSet(m.group, turnotel.AttrKind.String(k.String())))
 	}
 	var err error
@@ -137,10 +137,29 @@ func newMeters(c *Consumer) (*meters, error) {
 	return m, nil
 }
 
+// kind returns the attributes of an attempt of kind k. Every turn.Kinds entry has its set;
+// a value outside the list (never made by turn.Classify) gets one made on the spot rather
+// than a nil option, which the SDK would dereference.
+func (m *meters) kind(k turn.Kind) metric.MeasurementOption {
+	if o, ok := m.kinds[k]; ok {
+		return o
+	}
+	return metric.WithAttributeSet(attribute.NewSet(m.group, turnotel.AttrKind.String(k.String())))
+}
+
+// outcomeAttrs returns the attributes of outcome o, one of Outcomes (else made on the spot,
+// as kind does).
+func (m *meters) outcomeAttrs(o string) metric.MeasurementOption {
+	if a, ok := m.outcomes[o]; ok {
+		return a
+	}
+	return metric.WithAttributeSet(attribute.NewSet(m.group, turnotel.AttrOutcome.String(o)))
+}
+
 // outcome counts a turn's outcome once it is durable (or abandoned).
 func (m *meters) outcome(ob *outbound) {
 	o := outcomeOf(ob, true)
-	m.turns.Add(context.Background(), 1, m.outcomes[o])
+	m.turns.Add(context.Background(), 1, m.outcomeAttrs(o))
 	if o == OutcomeReplayed {
 		m.dedupHits.Add(context.Background(), 1, m.base)
 	}

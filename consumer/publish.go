@@ -89,3 +89,23 @@ func header(k, v string) sarama.RecordHeader {
 }
 
 func itoa[T int | int32 | int64](v T) string { return strconv.FormatInt(int64(v), 10) }
+
+// resultRecordRoom is the room, in bytes, a result record keeps for what is not the Result's
+// encoding: sarama's per-record overhead in a record batch (maximumRecordOverhead, 36 bytes)
+// and each header's two length varints (10 bytes), rounded up, plus the trace context that
+// telemetry may inject (traceparent and a tracestate of up to 512 bytes, W3C Trace Context).
+const resultRecordRoom = 128 + 600
+
+// resultLimit returns the ResultLimit of req's turn: the producer's Producer.MaxMessageBytes
+// (sarama refuses a larger record, ProducerMessage.ByteSize) less the room the result
+// record's key and headers take, which resultHeaders and forward make.
+func (c *Consumer) resultLimit(req *turn.Request) turn.ResultLimit {
+	room := resultRecordRoom + len(req.ConversationID) + // the key
+		len(HeaderRequestID) + len(req.ID) + len(HeaderConversationID) + len(req.ConversationID) + len(HeaderAttempt) + 20
+	for _, name := range c.cfg.ForwardHeaders {
+		if v, ok := req.Headers[name]; ok {
+			room += len(name) + len(v) + 10
+		}
+	}
+	return turn.ResultLimit{Bytes: c.maxRecordBytes - room, Source: c.resultLimitSource}
+}

@@ -38,12 +38,67 @@ func (rl *recordLog) get() *slog.Logger {
 // process runs r's turn to an outcome: a result to publish (or nil, for a Handler that
 // publishes nothing) or a dead letter. It returns false when the turn was abandoned (revoke,
 // shutdown): nothing is handed off, and the record is left to the partition's next owner.
-// With telemetry on it wraps the turn in the record's process span and measures it; off, it
-// costs two nil checks.
+//
+// A panic in code run on the turn's behalf (the decoder, TurnContextFunc, telemetry,
+// turnstile's own bookkeeping; a Handler's panic is an attempt of its own, see call) fails
+// the turn's attempt: the turn runs again after a backoff, and after Config.MaxAttempts
+// panics the record is dead-lettered with the last panic, its value and trimmed stack, in the
+// reason. The member and its other turns go on (DESIGN.md, "Features meet").
 func (p *partition) process(r *record) (*outbound, bool) {
+	c := p.c
+	var bo *backoff.ExponentialBackOff
+	for tries := 1; ; tries++ {
+		var req *turn.Request
+		ob, ok, pe := p.processGuarded(r, &req)
+		if pe == nil {
+			return ob, ok
+		}
+		rl := &recordLog{p: p, msg: r.msg, req: req}
+		if p.turns.Err() != nil { // revoked or shut down meanwhile
+			p.abandonTurn(rl)
+			return nil, false
+		}
+		c.stats.retries.Add(1)
+		if tries >= c.cfg.MaxAttempts {
+			reason := fmt.Sprintf("%d attempts panicked in this member; last: %v", tries, pe)
+			rl.get().Error("turn panicked; dead-lettered", "attempt", tries, "panic", pe.Error())
+			return p.deadLetter(r, req, reason, pe, tries), true
+		}
+		if bo == nil {
+			bo = newBackoff(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff)
+		}
+		d := bo.NextBackOff()
+		rl.get().Error("turn panicked; retrying", "attempt", tries, "panic", pe.Error(), "retry_in", d.String())
+		if !sleep(p.waits, d) {
+			p.abandonTurn(rl)
+			return nil, false
+		}
+	}
+}
+
+// processGuarded is one try of process, with a panic recovered into pe; *req is set to the
+// decoded request, once there is one.
+func (p *partition) processGuarded(r *record, req **turn.Request) (ob *outbound, ok bool, pe *turn.PanicError) {
+	defer func() {
+		if v := recover(); v != nil {
+			if e, isPanic := v.(*turn.PanicError); isPanic { // re-raised by run with its origin named
+				pe = e
+			} else {
+				pe = turn.Recovered("turnstile consumer", v)
+			}
+			ob, ok = nil, false
+		}
+	}()
+	ob, ok = p.processOnce(r, req)
+	return ob, ok, nil
+}
+
+// processOnce wraps the turn in the record's process span and measures it, with telemetry on;
+// off, it costs two nil checks.
+func (p *partition) processOnce(r *record, req **turn.Request) (*outbound, bool) {
 	ctx, t, m := p.c.turnContext(p.turns), p.c.tracing, p.c.meters
 	if t == nil && m == nil {
-		ob, ok, _ := p.run(ctx, r, nil)
+		ob, ok, _ := p.run(ctx, r, nil, req)
 		return ob, ok
 	}
 	var (
@@ -56,7 +111,7 @@ func (p *partition) process(r *record) (*outbound, bool) {
 	if m != nil {
 		began = time.Now()
 	}
-	ob, ok, calls := p.run(ctx, r, span)
+	ob, ok, calls := p.run(ctx, r, span, req)
 	if span != nil {
 		if ob != nil && ok {
 			t.startPublish(ctx, ob)
@@ -65,9 +120,9 @@ func (p *partition) process(r *record) (*outbound, bool) {
 	}
 	if m != nil {
 		outcome := outcomeOf(ob, ok)
-		m.turnDuration.Record(ctx, since(began), m.outcomes[outcome])
+		m.turnDuration.Record(ctx, since(began), m.outcomeAttrs(outcome))
 		if ob == nil { // abandoned, or a Handler's nil Result: no acknowledgement will count it
-			m.turns.Add(ctx, 1, m.outcomes[outcome])
+			m.turns.Add(ctx, 1, m.outcomeAttrs(outcome))
 		}
 	}
 	return ob, ok
@@ -75,10 +130,13 @@ func (p *partition) process(r *record) (*outbound, bool) {
 
 // run is process's loop: decode, then attempts until an outcome. It returns the number of
 // Handler calls too; span, when not nil, is the record's process span.
-func (p *partition) run(ctx context.Context, r *record, span trace.Span) (*outbound, bool, int) {
+//
+// A panic in the decoder or TurnContextFunc is raised again as a *turn.PanicError naming it,
+// for process to retry; got is set to the request once it is decoded.
+func (p *partition) run(ctx context.Context, r *record, span trace.Span, got **turn.Request) (*outbound, bool, int) {
 	c, msg := p.c, r.msg
 	rl := &recordLog{p: p, msg: msg}
-	req, err := p.decode(msg)
+	req, err := p.decodeGuarded(msg)
 	if err != nil {
 		var mismatch *keyMismatchError
 		if errors.As(err, &mismatch) {
@@ -89,12 +147,12 @@ func (p *partition) run(ctx context.Context, r *record, span trace.Span) (*outbo
 		}
 		return p.deadLetter(r, nil, err.Error(), err, 0), true, 0
 	}
-	rl.req = &req
+	rl.req, *got = &req, &req
 	if span != nil {
 		request(span, &req)
 	}
 	if f := c.cfg.TurnContextFunc; f != nil {
-		hctx, cancel := f(ctx, req)
+		hctx, cancel := guardTurnContext(f, ctx, req)
 		if cancel != nil {
 			defer cancel()
 		}
@@ -110,8 +168,17 @@ func (p *partition) run(ctx context.Context, r *record, span trace.Span) (*outbo
 		return bo.NextBackOff()
 	}
 	failures, limited, calls, alone := 0, 0, 0, false
+	var probe bool
+	defer func() {
+		// A panic between the throttle's wait and the probe's outcome (telemetry, say) must
+		// not leave the probe held: every turn of the member would wait for it.
+		if v := recover(); v != nil {
+			c.throttle.endProbe(probe)
+			panic(v)
+		}
+	}()
 	for {
-		probe, err := c.throttle.wait(p.waits, true)
+		probe, err = c.throttle.wait(p.waits, true)
 		if err != nil {
 			p.abandonTurn(rl)
 			return nil, false, calls
@@ -128,7 +195,7 @@ func (p *partition) run(ctx context.Context, r *record, span trace.Span) (*outbo
 			kind = turn.KindAttempt // the turn's own context ended (TurnContextFunc's deadline)
 		}
 		if m := c.meters; m != nil {
-			m.attempts.Add(ctx, 1, m.kinds[kind])
+			m.attempts.Add(ctx, 1, m.kind(kind))
 		}
 		if aborted || (kind != turn.KindNone && kind != turn.KindRateLimited) {
 			c.throttle.endProbe(probe)
@@ -236,12 +303,49 @@ func (p *partition) handle(ctx context.Context, req turn.Request, alone bool) (*
 	return p.call(ctx, req)
 }
 
-func (p *partition) call(ctx context.Context, req turn.Request) (*turn.Result, []byte, error) {
+// call calls the Handler. A panic in it fails the attempt with a *turn.PanicError (value and
+// trimmed stack), as a returned error would: the turn is retried and dead-lettered after
+// Config.MaxAttempts with the panic in its reason.
+func (p *partition) call(ctx context.Context, req turn.Request) (res *turn.Result, encoded []byte, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			res, encoded, err = nil, nil, turn.Recovered("handler", v)
+			p.log.Error("handler panicked", "request_id", req.ID, "conversation_id", req.ConversationID,
+				"offset", req.Source.Offset, "panic", err.Error())
+		}
+	}()
+	ctx = turn.WithResultLimit(ctx, p.c.resultLimit(&req))
 	if eh, ok := p.c.h.(encodingHandler); ok {
 		return eh.handleEncoded(ctx, req)
 	}
-	res, err := p.c.h.Handle(ctx, req)
+	res, err = p.c.h.Handle(ctx, req)
 	return res, nil, err
+}
+
+// decodeGuarded is decode with a panic raised again as a *turn.PanicError naming the
+// decoder, for process to retry and, after Config.MaxAttempts, dead-letter.
+func (p *partition) decodeGuarded(msg *sarama.ConsumerMessage) (turn.Request, error) {
+	defer func() {
+		if v := recover(); v != nil {
+			panic(turn.Recovered("decoder", v))
+		}
+	}()
+	if h := p.c.decodeHook; h != nil {
+		h(msg)
+	}
+	return p.decode(msg)
+}
+
+// guardTurnContext calls a TurnContextFunc, with a panic raised again as a *turn.PanicError
+// naming it.
+func guardTurnContext(f func(context.Context, turn.Request) (context.Context, context.CancelFunc), ctx context.Context,
+	req turn.Request) (context.Context, context.CancelFunc) {
+	defer func() {
+		if v := recover(); v != nil {
+			panic(turn.Recovered("TurnContextFunc", v))
+		}
+	}()
+	return f(ctx, req)
 }
 
 // decode turns a record into a request: a valid envelope whose conversation id is the key.

@@ -30,6 +30,12 @@ const (
 	OutcomeAbandoned    = "abandoned"     // revoked or shut down mid-turn; the next owner redoes it
 )
 
+// Outcomes returns every outcome of a turn (the Outcome* constants), the one list that the
+// metrics' attribute sets are built from; outcomeOf returns only these, which a test checks.
+func Outcomes() []string {
+	return []string{OutcomeDone, OutcomeReplayed, OutcomeDeadLettered, OutcomeAbandoned}
+}
+
 // tracing is the consumer's tracer; nil on the Consumer when Config.Telemetry has no
 // TracerProvider, and then the hot path does no span work at all.
 type tracing struct {

@@ -44,6 +44,10 @@ const (
 	// other turns ran beside it; run it again with no other turn in flight in the process,
 	// passing WithCrashIsolation(ctx, true). No attempt was spent.
 	KindRunAlone
+
+	// numKinds counts the kinds above; a kind added before it must get its name in kindNames,
+	// which TestEveryKindIsNamed checks, and so reaches every user built from Kinds.
+	numKinds
 )
 
 // KindCanceled is the former name of KindAbandoned.
@@ -51,26 +55,48 @@ const (
 // Deprecated: use KindAbandoned.
 const KindCanceled = KindAbandoned
 
+// kindNames is the one list of the kinds' names, indexed by Kind; String reads it and Kinds
+// walks it, so that a user of every kind (metric attributes, log text, Temporal's error types)
+// built from Kinds cannot miss one.
+var kindNames = [numKinds]string{
+	KindNone:        "none",
+	KindAttempt:     "attempt",
+	KindPermanent:   "permanent",
+	KindRateLimited: "rate_limited",
+	KindUnavailable: "unavailable",
+	KindAbandoned:   "abandoned",
+	KindRunAlone:    "run_alone",
+}
+
+// Kinds returns every Kind, in declaration order (KindNone first). Code that keeps something
+// per kind (a metric attribute set, a label, an error type) builds it from this list, so that
+// a kind added later has its entry without anyone remembering to add it.
+func Kinds() []Kind {
+	ks := make([]Kind, numKinds)
+	for i := range ks {
+		ks[i] = Kind(i)
+	}
+	return ks
+}
+
 // String returns the kind's name in lower case: "none", "attempt", "permanent",
-// "rate_limited", "unavailable", "abandoned" or "run_alone".
+// "rate_limited", "unavailable", "abandoned" or "run_alone"; "Kind(N)" for a value that is not
+// a Kind.
 func (k Kind) String() string {
-	switch k {
-	case KindNone:
-		return "none"
-	case KindAttempt:
-		return "attempt"
-	case KindPermanent:
-		return "permanent"
-	case KindRateLimited:
-		return "rate_limited"
-	case KindUnavailable:
-		return "unavailable"
-	case KindAbandoned:
-		return "abandoned"
-	case KindRunAlone:
-		return "run_alone"
+	if k >= 0 && k < numKinds && kindNames[k] != "" {
+		return kindNames[k]
 	}
 	return fmt.Sprintf("Kind(%d)", int(k))
+}
+
+// ParseKind returns the Kind whose String is s; ok is false when no kind has that name.
+func ParseKind(s string) (k Kind, ok bool) {
+	for i, name := range kindNames {
+		if name == s {
+			return Kind(i), true
+		}
+	}
+	return 0, false
 }
 
 type permanentError struct{ err error }

@@ -41,3 +41,27 @@ func TestClassify(t *testing.T) {
 	require.NoError(t, turn.RetryAfter(time.Second, nil))
 	require.NoError(t, turn.Unavailable(nil))
 }
+
+// Every Kind has a name of its own and round-trips through ParseKind; a Kind added to the
+// const block without its entry in kindNames fails here (the name would be "" and String
+// would fall back to "Kind(N)").
+func TestEveryKindIsNamed(t *testing.T) {
+	t.Parallel()
+	kinds := turn.Kinds()
+	require.Equal(t, turn.KindNone, kinds[0])
+	require.Contains(t, kinds, turn.KindRunAlone)
+	seen := map[string]bool{}
+	for i, k := range kinds {
+		require.Equal(t, turn.Kind(i), k, "Kinds is in declaration order")
+		name := k.String()
+		require.NotContains(t, name, "Kind(", "kind %d has no name", int(k))
+		require.False(t, seen[name], "two kinds named %q", name)
+		seen[name] = true
+		back, ok := turn.ParseKind(name)
+		require.True(t, ok)
+		require.Equal(t, k, back)
+	}
+	require.Equal(t, "Kind(99)", turn.Kind(99).String())
+	_, ok := turn.ParseKind("nonsense")
+	require.False(t, ok)
+}

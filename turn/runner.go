@@ -140,7 +140,14 @@ func (r *Runner) Run(ctx context.Context, req Request) (Result, error) {
 // (the consumer) need not encode it a second time. The encoding is nil when Run's error is not
 // nil and when the Result was replayed from the inbox (encode it then; a store may have
 // reformatted the JSON it kept, as PostgreSQL's jsonb does). Errors are Run's.
-func (r *Runner) RunEncoded(ctx context.Context, req Request) (Result, []byte, error) {
+func (r *Runner) RunEncoded(ctx context.Context, req Request) (res Result, data []byte, err error) {
+	defer func() {
+		// A store that panics outside the attempt (Begin, the inbox bookkeeping): the attempt
+		// fails; the caller retries it and its attempts run out as for any failure.
+		if v := recover(); v != nil {
+			res, data, err = Result{}, nil, Recovered("turn bookkeeping (inbox)", v)
+		}
+	}()
 	if err := r.Validate(); err != nil {
 		return Result{}, nil, err
 	}
@@ -177,7 +184,7 @@ func (r *Runner) RunEncoded(ctx context.Context, req Request) (Result, []byte, e
 		// Begin but runs nothing.
 		return Result{}, nil, r.deadLetter(ctx, req, attempts-1, exhaustedReason(req.ID, attempts-1, entry), nil)
 	}
-	res, data, err := r.attempt(ctx, req, ikey, attempts, entry.Status == inbox.StatusNew)
+	res, data, err = r.attempt(ctx, req, ikey, attempts, entry.Status == inbox.StatusNew)
 	if err != nil {
 		return Result{}, nil, r.failed(ctx, req, attempts, err)
 	}
@@ -203,7 +210,7 @@ func exhaustedReason(id string, n int, entry inbox.Entry) string {
 func (r *Runner) attempt(ctx context.Context, req Request, ikey string, attempt int, first bool) (Result, []byte, error) {
 	tctx, cancel := context.WithTimeoutCause(ctx, r.turnTimeout(), ErrTurnTimeout)
 	defer cancel()
-	res, data, err := r.runTurn(tctx, req, ikey, attempt, first)
+	res, data, err := r.runTurnSafely(tctx, req, ikey, attempt, first)
 	switch {
 	case err == nil:
 		return res, data, nil
@@ -213,6 +220,18 @@ func (r *Runner) attempt(ctx context.Context, req Request, ikey string, attempt 
 		return Result{}, nil, fmt.Errorf("%w (%s): %w", ErrTurnTimeout, r.turnTimeout(), err)
 	}
 	return Result{}, nil, abandonedIf(ctx, err)
+}
+
+// runTurnSafely is runTurn with a panic in a store method (or any code it runs but the model,
+// whose panics respond recovers) turned into a failed attempt: a *PanicError.
+func (r *Runner) runTurnSafely(ctx context.Context, req Request, ikey string, attempt int, first bool) (res Result, data []byte, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			r.logger().Error("turn panicked", "request_id", req.ID, "panic", v, "stack", string(debug.Stack()))
+			res, data, err = Result{}, nil, Recovered("session or inbox store", v)
+		}
+	}()
+	return r.runTurn(ctx, req, ikey, attempt, first)
 }
 
 func (r *Runner) runTurn(ctx context.Context, req Request, ikey string, attempt int, first bool) (Result, []byte, error) {
@@ -254,6 +273,9 @@ func (r *Runner) runTurn(ctx context.Context, req Request, ikey string, attempt 
 		}
 		e.Time = e.Time.UTC().Truncate(time.Microsecond)
 	}
+	if err := r.checkResultSize(ctx, req, events); err != nil {
+		return Result{}, nil, err
+	}
 	t := session.Turn{RequestID: req.ID, Events: events, State: out.State}
 	if sessions, ib, ok := r.joint(); ok {
 		return r.appendAndComplete(ctx, req, ikey, key, sess.Version, t, sessions, ib)
@@ -263,6 +285,24 @@ func (r *Runner) runTurn(ctx context.Context, req Request, ikey string, attempt 
 		return Result{}, nil, fmt.Errorf("session append at version %d: %w", sess.Version, err)
 	}
 	return r.complete(ctx, req, ikey, appended.Events)
+}
+
+// checkResultSize returns a permanent *ResultTooLargeError when the Result of the turn of
+// events would exceed the ResultLimit of ctx: checked before the append, so that the session
+// never holds an answer that cannot be published.
+func (r *Runner) checkResultSize(ctx context.Context, req Request, events []session.Event) error {
+	l, ok := ResultLimitOf(ctx)
+	if !ok || resultSizeBound(req, events[len(events)-1].Text) <= l.Bytes {
+		return nil // most turns: well below the limit, no encoding needed to tell
+	}
+	_, data, err := r.result(req, events)
+	if err != nil {
+		return err
+	}
+	if len(data) > l.Bytes {
+		return Permanent(&ResultTooLargeError{RequestID: req.ID, Size: len(data), Limit: l.Bytes, Source: l.Source})
+	}
+	return nil
 }
 
 // CheckConcurrency reports whether the Runner's stores can serve n turns at once (the
@@ -349,7 +389,7 @@ func (r *Runner) respond(ctx context.Context, in Input) (Output, error) {
 		defer func() {
 			if p := recover(); p != nil {
 				r.logger().Error("model panicked", "request_id", in.Request.ID, "panic", p, "stack", string(debug.Stack()))
-				ch <- reply{err: fmt.Errorf("panic: %v", p)}
+				ch <- reply{err: Recovered("model", p)}
 			}
 		}()
 		out, err := r.Model.Respond(ctx, in)

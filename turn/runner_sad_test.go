@@ -131,7 +131,10 @@ func TestModelPanicFailsTheAttempt(t *testing.T) {
 	req := newRequest("c-panic", "u-1", "hi")
 	var err error
 	require.NotPanics(t, func() { _, err = b.runner.Run(context.Background(), req) })
-	require.ErrorContains(t, err, "panic: assignment to entry in nil map")
+	require.ErrorContains(t, err, "panic in model: assignment to entry in nil map")
+	var pe *turn.PanicError
+	require.ErrorAs(t, err, &pe)
+	require.Contains(t, pe.Stack, "TestModelPanicFailsTheAttempt", "the stack names the function that panicked")
 	require.Equal(t, turn.KindAttempt, turn.Classify(err))
 }
 
