@@ -136,8 +136,8 @@ func (a *worker) activityOptions() twf.ActivityOptions {
 // the Runner counted or refunded are retryable ApplicationErrors of the turn.Kind's name, a
 // turn.RetryAfter one sets the next retry delay to the model's.
 //
-// A panic in the turn (a store method, the publisher; the Runner recovers the model's) fails
-// the attempt: the activity records it in the inbox as the attempt's reason and panics again,
+// A panic in the turn (the Runner recovers its model's and stores' as a turn.PanicError; this
+// covers the rest, such as the publisher) fails the attempt: the activity records it in the inbox as the attempt's reason and panics again,
 // and the SDK fails the attempt with a *temporal.PanicError that the retry policy retries.
 // Once the Runner's attempts are spent the request is dead-lettered with the panic in the
 // reason.
@@ -283,7 +283,7 @@ func (a *worker) recordPanic(ctx context.Context, env Envelope, out *Outcome, er
 		return
 	}
 	req := env.Request
-	reason := fmt.Sprintf("panic: %v", p)
+	reason := turn.Recovered("turn activity", p).Error()
 	a.opts.Logger.Error("turn activity panicked", "request_id", req.ID, "conversation_id", req.ConversationID,
 		"panic", p, "stack", string(debug.Stack()))
 	counted := func() (ok bool) {

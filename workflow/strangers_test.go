@@ -129,14 +129,28 @@ func (s *panickyStore) Get(ctx context.Context, key session.Key, recent int) (se
 	return s.Store.Get(ctx, key, recent)
 }
 
-// A panicking store method fails the activity's attempt with the SDK's PanicError, and the
-// panic is recorded in the inbox as the attempt's reason.
+// panickyPublisher is a Publisher whose PublishResult panics while panics is above zero.
+type panickyPublisher struct {
+	*recordingPublisher
+	panics atomic.Int32
+}
+
+func (p *panickyPublisher) PublishResult(ctx context.Context, env Envelope, res turn.Result) error {
+	if p.panics.Add(-1) >= 0 {
+		panic("the publisher fell over")
+	}
+	return p.recordingPublisher.PublishResult(ctx, env, res)
+}
+
+// A panic in the activity outside the Runner (the publisher here; the Runner turns its model's
+// and stores' into a turn.PanicError) fails the attempt with the SDK's PanicError, and the
+// next attempt answers the request from the inbox.
 func TestActivityPanicIsPanicError(t *testing.T) {
 	t.Parallel()
 	u := newUnit(t)
-	store := &panickyStore{Store: u.sessions}
-	store.panics.Store(1)
-	u.runner.Sessions = store
+	pub := &panickyPublisher{recordingPublisher: u.publisher}
+	pub.panics.Store(1)
+	u.opts.Publisher = pub
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestActivityEnvironment()
 	w := &worker{opts: u.opts}
@@ -146,11 +160,14 @@ func TestActivityPanicIsPanicError(t *testing.T) {
 	_, err := env.ExecuteActivity(ActivityName, TurnInput{Envelope: Envelope{Request: req}})
 	var panicErr *temporal.PanicError
 	require.ErrorAs(t, err, &panicErr)
-	require.Contains(t, panicErr.Error(), "the store fell over")
-	entry, err := u.inbox.Get(context.Background(), u.runner.InboxKey(req))
-	require.NoError(t, err)
-	require.Contains(t, entry.Reason, "panic: the store fell over")
-	require.Equal(t, 1, entry.Attempts)
+	require.Contains(t, panicErr.Error(), "the publisher fell over")
+	out, err := env.ExecuteActivity(ActivityName, TurnInput{Envelope: Envelope{Request: req}})
+	require.NoError(t, err, "the next attempt publishes")
+	var o Outcome
+	require.NoError(t, out.Get(&o))
+	require.True(t, o.Published)
+	require.Equal(t, []string{req.ID}, u.publisher.resultIDs())
+	require.Equal(t, []string{req.Text}, u.model.texts(), "the model ran once")
 }
 
 // A panic in the turn (a store method, the model) fails the attempt; once the attempts are
@@ -177,10 +194,12 @@ func TestPanicInTurnDeadLettersWithThePanic(t *testing.T) {
 	reason, ok := u.publisher.deadLetterOf(storePanic.ID)
 	require.True(t, ok)
 	require.Contains(t, reason, "2 attempts exhausted")
-	require.Contains(t, reason, "panic: the store fell over")
+	require.Contains(t, reason, "panic in")
+	require.Contains(t, reason, "the store fell over")
 	reason, ok = u.publisher.deadLetterOf(modelPanic.ID)
 	require.True(t, ok)
-	require.Contains(t, reason, "panic: the model fell over")
+	require.Contains(t, reason, "panic in")
+	require.Contains(t, reason, "the model fell over")
 	require.Equal(t, []string{fine.ID}, u.publisher.resultIDs(), "the conversation goes on")
 	require.Equal(t, int64(3), st.LastAppliedSequence)
 	requireEveryRequestAnswered(t, u.publisher.answered(), storePanic, modelPanic, fine)
