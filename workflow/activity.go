@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"runtime/debug"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -13,6 +14,8 @@ import (
 	tworker "go.temporal.io/sdk/worker"
 	twf "go.temporal.io/sdk/workflow"
 
+	"github.com/turnstile-go/turnstile/inbox"
+	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/turn"
 	"github.com/turnstile-go/turnstile/turn/turnotel"
 )
@@ -132,9 +135,16 @@ func (a *worker) activityOptions() twf.ActivityOptions {
 // placement. A dead letter is an Outcome, not an error, so the workflow moves on; failures
 // the Runner counted or refunded are retryable ApplicationErrors of the turn.Kind's name, a
 // turn.RetryAfter one sets the next retry delay to the model's.
-func (a *worker) ApplyTurn(ctx context.Context, in TurnInput) (Outcome, error) {
+//
+// A panic in the turn (the Runner recovers its model's and stores' as a turn.PanicError; this
+// covers the rest, such as the publisher) fails the attempt: the activity records it in the inbox as the attempt's reason and panics again,
+// and the SDK fails the attempt with a *temporal.PanicError that the retry policy retries.
+// Once the Runner's attempts are spent the request is dead-lettered with the panic in the
+// reason.
+func (a *worker) ApplyTurn(ctx context.Context, in TurnInput) (out Outcome, err error) {
 	env := in.Envelope
 	req := env.Request
+	defer a.recordPanic(ctx, env, &out, &err)
 	req.Source = env.Source
 	headers := maps.Clone(env.Headers)
 	for k, v := range Headers(ctx) { // the Temporal header; the envelope's own win
@@ -160,7 +170,7 @@ func (a *worker) ApplyTurn(ctx context.Context, in TurnInput) (Outcome, error) {
 	req.Headers = headers
 	env.Request, env.Headers = req, headers
 	ctx, span := a.startTurn(ctx, env)
-	out, err := a.applyTurn(ctx, env, in)
+	out, err = a.applyTurn(ctx, env, in)
 	if span != nil {
 		endTurn(span, out, err)
 	}
@@ -173,10 +183,21 @@ func (a *worker) applyTurn(ctx context.Context, env Envelope, in TurnInput) (Out
 	if in.Reject != "" {
 		return a.deadLetter(ctx, env, DeadLetter{Reason: in.Reject}, turn.KindPermanent)
 	}
+	if in.Stale != "" {
+		replay, err := a.answered(ctx, req)
+		if err != nil {
+			return Outcome{}, err
+		}
+		if !replay {
+			return a.deadLetter(ctx, env, DeadLetter{Reason: in.Stale}, turn.KindPermanent)
+		}
+	}
 
-	stop := a.heartbeat(ctx)
-	res, err := a.opts.Runner.Run(ctx, req)
-	stop()
+	res, err := func() (turn.Result, error) {
+		stop := a.heartbeat(ctx)
+		defer stop() // a panicking store must not leave the heartbeat running
+		return a.opts.Runner.Run(ctx, req)
+	}()
 	if err == nil {
 		return a.publishResult(ctx, env, res, in.WantResult)
 	}
@@ -187,7 +208,13 @@ func (a *worker) applyTurn(ctx context.Context, env Envelope, in TurnInput) (Out
 		if errors.As(err, &dle) {
 			dl.Reason, dl.Attempts = dle.Reason, dle.Attempts
 		}
-		return a.deadLetter(ctx, env, dl, kind)
+		foreign, ferr := a.ownerMismatch(ctx, req, err)
+		if ferr != nil {
+			return Outcome{}, ferr
+		}
+		out, err := a.deadLetter(ctx, env, dl, kind)
+		out.Foreign = foreign && out.DeadLettered
+		return out, err
 	case turn.KindRateLimited:
 		d, _ := turn.RetryDelay(err)
 		return Outcome{}, temporal.NewApplicationErrorWithOptions(err.Error(), errTypeRateLimited,
@@ -205,6 +232,77 @@ func (a *worker) applyTurn(ctx context.Context, env Envelope, in TurnInput) (Out
 			"attempt", attempt, "kind", kind.String(), "err", err)
 		return Outcome{}, temporal.NewApplicationError(err.Error(), kind.String())
 	}
+}
+
+// answered reports whether the Runner's inbox holds the outcome of req (done or dead): a
+// request whose sequence cannot apply is then a duplicate older than the dedup window, which
+// the Runner answers from the inbox; otherwise it is a new request the conversation cannot
+// apply.
+func (a *worker) answered(ctx context.Context, req turn.Request) (bool, error) {
+	entry, err := a.opts.Runner.Inbox.Get(ctx, a.opts.Runner.InboxKey(req))
+	switch {
+	case errors.Is(err, inbox.ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, temporal.NewApplicationError("inbox get: "+err.Error(), turn.KindUnavailable.String())
+	}
+	return entry.Status == inbox.StatusDone || entry.Status == inbox.StatusDead, nil
+}
+
+// ownerMismatch reports whether the Runner dead-lettered req (with err) because its session is
+// another user's. A request dead-lettered by an earlier delivery comes back from the inbox
+// without its cause; the session store is asked then. A store that fails to answer is a
+// retryable error: the workflow must know before it moves the conversation on.
+func (a *worker) ownerMismatch(ctx context.Context, req turn.Request, err error) (bool, error) {
+	if errors.Is(err, session.ErrOwnerMismatch) {
+		return true, nil
+	}
+	var dle *turn.DeadLetterError
+	if !errors.As(err, &dle) || dle.Err != nil {
+		return false, nil
+	}
+	_, gerr := a.opts.Runner.Sessions.Get(ctx, a.opts.Runner.Key(req), 1)
+	switch {
+	case errors.Is(gerr, session.ErrOwnerMismatch):
+		return true, nil
+	case gerr == nil, errors.Is(gerr, session.ErrNotFound), errors.Is(gerr, session.ErrInvalid):
+		return false, nil
+	}
+	return false, temporal.NewApplicationError("session owner check: "+gerr.Error(), turn.KindUnavailable.String())
+}
+
+// recordPanic, deferred by ApplyTurn, handles a panic of the turn: it records the panic in the
+// inbox as the failed attempt's reason (so that the Runner's dead letter, once the attempts are
+// spent, names it) and panics again, for the SDK to fail the attempt with a PanicError. When
+// the inbox could not count the attempt (it panicked itself, or Begin never ran) and the
+// activity has already tried Runner.Attempts times, it dead-letters the request instead, so
+// that a panic before the inbox counts cannot retry for ever (G5).
+func (a *worker) recordPanic(ctx context.Context, env Envelope, out *Outcome, err *error) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	req := env.Request
+	reason := turn.Recovered("turn activity", p).Error()
+	a.opts.Logger.Error("turn activity panicked", "request_id", req.ID, "conversation_id", req.ConversationID,
+		"panic", p, "stack", string(debug.Stack()))
+	counted := func() (ok bool) {
+		defer func() {
+			if recover() != nil {
+				ok = false
+			}
+		}()
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		return a.opts.Runner.Inbox.Fail(bctx, a.opts.Runner.InboxKey(req), inbox.Failure{Reason: reason}) == nil
+	}()
+	if !counted && activity.IsActivity(ctx) {
+		if n := int(activity.GetInfo(ctx).Attempt); n >= a.opts.Runner.Attempts() {
+			*out, *err = a.deadLetter(ctx, env, DeadLetter{Reason: fmt.Sprintf("%d attempts exhausted; last error: %s", n, reason), Attempts: n}, turn.KindAttempt)
+			return
+		}
+	}
+	panic(p)
 }
 
 func (a *worker) publishResult(ctx context.Context, env Envelope, res turn.Result, want bool) (Outcome, error) {

@@ -33,6 +33,12 @@ type conversation struct {
 	// draining is set once the run is due to continue as new: new submit updates are
 	// rejected (Submit retries them on the next run) so that the handlers in flight can finish.
 	draining bool
+	// strict is the behaviour of versionStrangers: a request the conversation cannot apply (a
+	// sequence below the mark or taken by another request id) is queued and dead-lettered
+	// instead of dropped, a request the Runner refuses as another user's changes nothing, and
+	// only the same request id of the same user is a duplicate. Histories recorded before it
+	// replay without it.
+	strict bool
 }
 
 // Conversation is the conversation workflow (registered as WorkflowName by Register): the
@@ -43,8 +49,14 @@ type conversation struct {
 //   - a request with a Sequence waits for NextSequence; a gap holds every later one until a
 //     request fills it (Reconcile re-sends it from the ledger);
 //   - a request without a Sequence applies in arrival order;
-//   - a request id applied within the dedup window, a sequence below the applied mark, or a
-//     second request for a pending sequence is dropped.
+//   - the same request again (its id applied within the dedup window or pending, for the
+//     same user) is a duplicate and dropped: it has its outcome or will have it;
+//   - a request that cannot apply is dead-lettered with the reason, never dropped: a new
+//     request id whose sequence is below the applied mark, or pending as another request
+//     id of the same user (a duplicate older than the dedup window is answered from the
+//     Runner's inbox instead), or a request of another user, which the Runner refuses
+//     (session.ErrOwnerMismatch, G7) and which changes nothing of the conversation: not
+//     the mark, the pending requests, the dedup window or the counters.
 //
 // It continues as new after Config.MaxTurnsPerRun turns, Config.MaxSignalsPerRun signals,
 // Config.MaxHistoryEvents history events or when the server suggests it, once every update
@@ -56,6 +68,7 @@ type conversation struct {
 func (a *worker) Conversation(ctx twf.Context, st State) error {
 	c := &conversation{State: st, cfg: st.Config.withDefaults(), waiting: map[string]int{}, outcomes: map[string]Outcome{}, beforeTurn: a.beforeTurn}
 	c.runID = twf.GetInfo(ctx).WorkflowExecution.RunID
+	c.strict = twf.GetVersion(ctx, versionStrangers, twf.DefaultVersion, 1) >= 1
 	if c.NextSequence <= 0 {
 		c.NextSequence = 1
 	}
@@ -122,15 +135,33 @@ func (c *conversation) accept(ctx twf.Context, env Envelope) bool {
 			"conversation_id", c.ConversationID, "sequence", env.Request.Sequence, "why", reason)
 		return false
 	}
-	if c.UserID == "" {
+	if c.UserID == "" && !c.strict {
 		c.UserID = env.Request.UserID
 	}
 	c.Pending = append(c.Pending, env)
 	return true
 }
 
-// duplicate says why env must not be queued, or "" when it is new.
+// duplicate says why env must not be queued, or "" when it is queued.
 func (c *conversation) duplicate(env Envelope) string {
+	if !c.strict {
+		return c.legacyDuplicate(env)
+	}
+	req := env.Request
+	if c.recentSet[req.ID] && (c.UserID == "" || c.UserID == req.UserID) {
+		return "already applied"
+	}
+	for _, p := range c.Pending {
+		if p.Request.ID == req.ID && p.Request.UserID == req.UserID && p.Request.ConversationID == req.ConversationID {
+			return "already pending"
+		}
+	}
+	return ""
+}
+
+// legacyDuplicate is duplicate before versionStrangers: it also dropped a sequence below the
+// mark and a second request id for a pending sequence.
+func (c *conversation) legacyDuplicate(env Envelope) string {
 	req := env.Request
 	if c.recentSet[req.ID] {
 		return "already applied"
@@ -161,29 +192,55 @@ func (c *conversation) foreign(env Envelope) bool {
 }
 
 // nextReady returns the index in Pending of the request to apply next: the first, in arrival
-// order, that has no Sequence, has NextSequence or names another conversation (it is
-// dead-lettered at once); -1 when none is ready.
+// order, that has no Sequence, has NextSequence, names another conversation or cannot apply
+// (the last two are dead-lettered at once); -1 when none is ready.
 func (c *conversation) nextReady() int {
 	for i, p := range c.Pending {
-		if s := p.Request.Sequence; s == 0 || s == c.NextSequence || c.foreign(p) {
+		if s := p.Request.Sequence; s == 0 || s == c.NextSequence || c.foreign(p) || c.unapplicable(i) != "" {
 			return i
 		}
 	}
 	return -1
 }
 
+// unapplicable says why Pending[i] can never apply, "" when it may: its sequence is below the
+// applied mark, or an earlier pending request of the same user holds it. Requests of two users
+// that hold one sequence both wait for it: the session store knows which user owns the
+// conversation, the workflow does not, so the Runner refuses the stranger's and the owner's
+// applies. Always "" before versionStrangers.
+func (c *conversation) unapplicable(i int) string {
+	p := c.Pending[i]
+	s := p.Request.Sequence
+	if !c.strict || s <= 0 || c.foreign(p) {
+		return ""
+	}
+	if s < c.NextSequence {
+		return fmt.Sprintf("sequence %d is below the applied mark %d: another request applied it", s, c.NextSequence-1)
+	}
+	for _, q := range c.Pending[:i] {
+		if q.Request.Sequence == s && q.Request.UserID == p.Request.UserID && !c.foreign(q) {
+			return fmt.Sprintf("sequence %d is already pending as request %s", s, q.Request.ID)
+		}
+	}
+	return ""
+}
+
 // apply runs the turn of Pending[i] and records its outcome. The activity's retry policy
 // retries everything but a dead letter, which comes back as an Outcome; an activity that still
 // fails (its options exhausted) is recorded as a dead letter too, so that the conversation
 // moves on (G5), and the error is logged.
+//
+// A request that cannot apply (unapplicable) leaves the mark where it is; one the Runner
+// refused as another user's (Outcome.Foreign) changes nothing of the conversation.
 func (c *conversation) apply(actx twf.Context, i int) {
 	env := c.Pending[i]
+	stale := c.unapplicable(i)
 	c.Pending = slices.Delete(c.Pending, i, i+1)
 	var out Outcome
 	if c.beforeTurn != nil {
 		c.beforeTurn(actx)
 	}
-	in := TurnInput{Envelope: env, WantResult: c.waiting[env.Request.ID] > 0}
+	in := TurnInput{Envelope: env, WantResult: c.waiting[env.Request.ID] > 0, Stale: stale}
 	if c.foreign(env) {
 		// Never applied here: the turn would land in another conversation's session.
 		in.Reject = fmt.Sprintf("request names conversation %.80q but was sent to the workflow of %.80q", env.Request.ConversationID, c.ConversationID)
@@ -194,18 +251,26 @@ func (c *conversation) apply(actx twf.Context, i int) {
 			"conversation_id", c.ConversationID, "err", err)
 		out = Outcome{DeadLettered: true, Reason: err.Error(), Kind: activityErrorKind(err)}
 	}
-	if out.DeadLettered {
-		c.LastErrorKind = out.Kind
-	}
-	if s := env.Request.Sequence; s > 0 && s >= c.NextSequence && !c.foreign(env) {
-		c.NextSequence = s + 1
-	}
-	c.remember(env.Request.ID)
-	c.Applied++
 	c.turnsThisRun++
 	if c.waiting[env.Request.ID] > 0 {
 		c.outcomes[env.Request.ID] = out
 	}
+	if out.Foreign && c.strict {
+		twf.GetLogger(actx).Warn("request of another user refused; the conversation is unchanged", "request_id", env.Request.ID,
+			"conversation_id", c.ConversationID, "sequence", env.Request.Sequence)
+		return
+	}
+	if out.DeadLettered {
+		c.LastErrorKind = out.Kind
+	}
+	if s := env.Request.Sequence; s > 0 && s >= c.NextSequence && !c.foreign(env) && stale == "" {
+		c.NextSequence = s + 1
+	}
+	if c.strict && c.UserID == "" && out.Published && stale == "" && !c.foreign(env) {
+		c.UserID = env.Request.UserID
+	}
+	c.remember(env.Request.ID)
+	c.Applied++
 }
 
 func activityErrorKind(err error) string {

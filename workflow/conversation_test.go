@@ -99,6 +99,7 @@ func TestSequenceGateDuplicateAndReconcile(t *testing.T) {
 		ids = append(ids, reqs[seq].Request.ID)
 	}
 	require.Equal(t, ids, u.publisher.resultIDs(), "one result per request, in order")
+	requireEveryRequestAnswered(t, u.publisher.answered(), reqs[1].Request, reqs[2].Request, reqs[3].Request, reqs[4].Request, reqs[5].Request, dup2.Request)
 }
 
 // Requests without a Sequence apply in arrival order, and a redelivered one is dropped.
@@ -116,6 +117,7 @@ func TestArrivalOrderWithoutSequence(t *testing.T) {
 	require.NoError(t, env.GetWorkflowError())
 	require.Equal(t, []string{"b", "a", "c"}, u.model.texts())
 	require.Len(t, u.publisher.resultIDs(), 3)
+	requireEveryRequestAnswered(t, u.publisher.answered(), a, b, c, b, a)
 }
 
 // At the turn threshold the run continues as new once the signal channel is drained,
@@ -142,6 +144,11 @@ func TestContinueAsNewCarriesState(t *testing.T) {
 	require.Len(t, next.Pending, 2)
 	require.Equal(t, []string{reqs[1].Request.ID, reqs[2].Request.ID, reqs[3].Request.ID}, next.Recent, "the dedup window keeps the last 3")
 	require.Equal(t, []int64{1, 2, 3, 4}, u.model.sequences())
+	all := make([]turn.Request, 0, len(reqs))
+	for _, e := range reqs {
+		all = append(all, e.Request)
+	}
+	requireEveryRequestAnswered(t, carriedInto(u.publisher.answered(), next), all...)
 }
 
 // continuedState returns the State a run that continued as new handed to the next one.
@@ -207,6 +214,7 @@ func TestDeadLetterMovesOn(t *testing.T) {
 	require.Equal(t, goodUpdate.ID, updateOut.Result.RequestID)
 	require.Equal(t, int64(4), st.LastAppliedSequence)
 	require.Equal(t, "permanent", st.LastErrorKind)
+	requireEveryRequestAnswered(t, u.publisher.answered(), bad, good, badUpdate, goodUpdate)
 }
 
 // An update whose request waits at a gap when the run is due to continue as new does not hold
@@ -233,6 +241,7 @@ func TestUpdateHeldAtGapDoesNotBlockContinueAsNew(t *testing.T) {
 	require.ErrorAs(t, updateErr, &appErr)
 	require.Equal(t, errTypeContinuing, appErr.Type())
 	require.Equal(t, []int64{1}, u.model.sequences())
+	requireEveryRequestAnswered(t, carriedInto(u.publisher.answered(), next), first, third)
 }
 
 // A request that names another conversation than the workflow's is never applied there (G7):
@@ -246,10 +255,10 @@ func TestForeignRequestDeadLettered(t *testing.T) {
 	require.NoError(t, env.GetWorkflowError())
 	require.Equal(t, []string{"mine"}, u.model.texts())
 	require.Equal(t, []string{own.ID}, u.publisher.resultIDs())
-	u.publisher.mu.Lock()
-	defer u.publisher.mu.Unlock()
-	require.Len(t, u.publisher.deadLetters, 1)
-	require.Contains(t, u.publisher.deadLetters[0].Reason, `names conversation "c-other"`)
+	reason, ok := u.publisher.deadLetterOf(foreign.ID)
+	require.True(t, ok)
+	require.Contains(t, reason, `names conversation "c-other"`)
+	requireEveryRequestAnswered(t, u.publisher.answered(), own, foreign)
 }
 
 // newEnv returns a testsuite environment with the workflow and activity registered over a
@@ -269,17 +278,22 @@ func TestContinueAsNewOnSignalCount(t *testing.T) {
 	t.Parallel()
 	u, env := newEnv(t)
 	const conv = "c-signals"
+	var sent []turn.Request
+	for seq := int64(1); seq <= 6; seq++ {
+		sent = append(sent, request(conv, seq, "m"))
+	}
 	env.RegisterDelayedCallback(func() {
-		for seq := int64(1); seq <= 5; seq++ {
-			env.SignalWorkflowSkippingWorkflowTask(SignalName, batchOf(request(conv, seq, "m")))
+		for _, r := range sent[:5] {
+			env.SignalWorkflowSkippingWorkflowTask(SignalName, batchOf(r))
 		}
-		env.SignalWorkflow(SignalName, batchOf(request(conv, 6, "m")))
+		env.SignalWorkflow(SignalName, batchOf(sent[5]))
 	}, time.Second)
 	env.ExecuteWorkflow(WorkflowName, State{ConversationID: conv, Config: Config{MaxSignalsPerRun: 3}})
 	next := continuedState(t, env)
 	require.Empty(t, u.model.sequences(), "due before the first turn: all six travel on")
 	require.Len(t, next.Pending, 6)
 	require.Equal(t, int64(1), next.NextSequence)
+	requireEveryRequestAnswered(t, carriedInto(u.publisher.answered(), next), sent...)
 }
 
 // turn.RetryAfter from the model retries the activity after the model's delay without
@@ -315,6 +329,7 @@ func TestRetriesAndAttempts(t *testing.T) {
 	entry, err := u.inbox.Get(context.Background(), u.runner.InboxKey(limitedReq))
 	require.NoError(t, err)
 	require.Equal(t, 1, entry.Attempts, "the rate-limited try spent no attempt")
+	requireEveryRequestAnswered(t, u.publisher.answered(), limitedReq, failing)
 }
 
 // A run that ends idle saves its State; the conversation's next run (started by the next
@@ -343,4 +358,5 @@ func TestIdleEndKeepsStateForNextRun(t *testing.T) {
 	require.Equal(t, []int64{1, 2, 3}, u.model.sequences(), "3 applied at once, the redelivered 2 dropped")
 	require.Equal(t, int64(3), st.LastAppliedSequence)
 	require.Equal(t, int64(3), st.Applied)
+	requireEveryRequestAnswered(t, u.publisher.answered(), r1, r2, r3)
 }

@@ -33,9 +33,11 @@ func TestDevServerFiveHundredSequencedAcrossRuns(t *testing.T) {
 	const n = 500
 	conv := s.cluster.Unique("conv")
 	ids := make([]string, 0, n)
+	var sent []turn.Request
 	for seq := int64(1); seq <= n; seq++ {
 		req := request(conv, seq, fmt.Sprintf("message %d", seq))
 		ids = append(ids, req.ID)
+		sent = append(sent, req)
 		s.produce(req, nil)
 		if seq%20 == 0 {
 			// Let turns run between bursts, so that signals keep arriving while runs
@@ -65,6 +67,7 @@ func TestDevServerFiveHundredSequencedAcrossRuns(t *testing.T) {
 		require.Equal(t, 1, got[id], "one result for request %s", id)
 	}
 	require.Equal(t, int64(n), s.cluster.RecordCount(t, s.results), "no extra result record")
+	requireEveryRequestAnswered(t, s.answered(), sent...)
 	s.committedAll(4)
 
 	runs := s.runsOf(b.WorkflowID(conv))
@@ -143,6 +146,7 @@ func TestDevServerThousandRecordsTwoMembers(t *testing.T) {
 	const convs, per = 100, 10
 	trace := map[string]string{}
 	var all []string
+	var sent []turn.Request
 	for i := 0; i < per; i++ {
 		for c := 0; c < convs; c++ {
 			conv := fmt.Sprintf("%s-c%03d", s.taskQueue, c)
@@ -150,6 +154,7 @@ func TestDevServerThousandRecordsTwoMembers(t *testing.T) {
 			tp := fmt.Sprintf("00-%032x-%016x-01", c*1000+i+1, i+1)
 			trace[req.ID] = tp
 			all = append(all, req.ID)
+			sent = append(sent, req)
 			s.produce(req, map[string]string{"traceparent": tp, "tenant": "acme"})
 		}
 	}
@@ -169,6 +174,7 @@ func TestDevServerThousandRecordsTwoMembers(t *testing.T) {
 	for _, id := range all {
 		require.Equal(t, 1, seen[id], "request %s applied once", id)
 	}
+	requireEveryRequestAnswered(t, s.answered(), sent...)
 }
 
 // The acceptance line: 20 turns with a 300 KB context each (the model adds 300 KB to the
@@ -194,11 +200,15 @@ func TestDevServerLargeContextSmallHistory(t *testing.T) {
 	})
 	b := s.bridge(BridgeOptions{})
 	conv := s.cluster.Unique("big")
+	var sent []turn.Request
 	for seq := int64(1); seq <= 20; seq++ {
-		_, err := b.Handle(context.Background(), request(conv, seq, "more"))
+		req := request(conv, seq, "more")
+		sent = append(sent, req)
+		_, err := b.Handle(context.Background(), req)
 		require.NoError(t, err)
 	}
 	s.waitApplied(b, conv, 20)
+	requireEveryRequestAnswered(t, s.answered(), sent...)
 	mu.Lock()
 	require.Len(t, contextSeen, 20)
 	require.GreaterOrEqual(t, contextSeen[19], 19*len(big), "the model saw the whole context from the session store")
@@ -221,13 +231,16 @@ func TestDevServerSearchAttributes(t *testing.T) {
 	b := s.bridge(BridgeOptions{Config: Config{SearchAttributes: true}})
 	user := s.cluster.Unique("user")
 	ok, held := s.cluster.Unique("ok"), s.cluster.Unique("held")
-	for _, r := range []turn.Request{request(ok, 1, "a"), request(ok, 2, "b"), request(held, 1, "a"), request(held, 3, "c")} {
-		r.UserID = user
-		_, err := b.Handle(context.Background(), r)
+	sent := []turn.Request{request(ok, 1, "a"), request(ok, 2, "b"), request(held, 1, "a"), request(held, 3, "c")}
+	for i := range sent {
+		sent[i].UserID = user
+		_, err := b.Handle(context.Background(), sent[i])
 		require.NoError(t, err)
 	}
 	s.waitApplied(b, ok, 2)
-	s.waitApplied(b, held, 1)
+	st := s.waitApplied(b, held, 1)
+	require.Equal(t, []int64{3}, st.PendingSequences, "3 waits at the gap, neither applied nor dropped")
+	requireEveryRequestAnswered(t, s.answered(), sent[:3]...)
 
 	list := func(q string) []string {
 		resp, err := s.client.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{Query: q})
@@ -260,8 +273,11 @@ func TestDevServerIdleEndAndNewRun(t *testing.T) {
 	b := s.bridge(BridgeOptions{Config: Config{IdleTimeout: time.Second}})
 	conv := s.cluster.Unique("idle")
 	ctx := context.Background()
+	var sent []turn.Request
 	for seq := int64(1); seq <= 2; seq++ {
-		_, err := b.Handle(ctx, request(conv, seq, "before the pause"))
+		req := request(conv, seq, "before the pause")
+		sent = append(sent, req)
+		_, err := b.Handle(ctx, req)
 		require.NoError(t, err)
 	}
 	s.waitApplied(b, conv, 2)
@@ -269,9 +285,11 @@ func TestDevServerIdleEndAndNewRun(t *testing.T) {
 		desc, err := s.client.DescribeWorkflow(ctx, b.WorkflowID(conv), "")
 		return err == nil && desc.RawResponse.GetWorkflowExecutionInfo().GetStatus() == enums.WORKFLOW_EXECUTION_STATUS_COMPLETED
 	}, wait, 50*time.Millisecond, "the idle run ends")
-	_, err := b.Handle(ctx, request(conv, 3, "after the pause"))
+	third := request(conv, 3, "after the pause")
+	_, err := b.Handle(ctx, third)
 	require.NoError(t, err)
 	st := s.waitApplied(b, conv, 3)
 	require.Equal(t, int64(3), st.LastAppliedSequence, "the new run continued from the saved mark")
 	require.Equal(t, []int64{1, 2, 3}, s.model.sequences())
+	requireEveryRequestAnswered(t, s.answered(), append(sent, third)...)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-go/turnstile/inbox"
 	"github.com/turnstile-go/turnstile/session"
@@ -73,6 +74,8 @@ type recordingPublisher struct {
 	mu          sync.Mutex
 	results     []turn.Result
 	deadLetters []DeadLetter
+	// deadIDs are the request ids of deadLetters, in the same order.
+	deadIDs []string
 }
 
 func (p *recordingPublisher) PublishResult(_ context.Context, _ Envelope, res turn.Result) error {
@@ -82,11 +85,63 @@ func (p *recordingPublisher) PublishResult(_ context.Context, _ Envelope, res tu
 	return nil
 }
 
-func (p *recordingPublisher) PublishDeadLetter(_ context.Context, _ Envelope, dl DeadLetter) error {
+func (p *recordingPublisher) PublishDeadLetter(_ context.Context, env Envelope, dl DeadLetter) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.deadLetters = append(p.deadLetters, dl)
+	p.deadIDs = append(p.deadIDs, env.Request.ID)
 	return nil
+}
+
+// deadLetterOf returns the reason of the first dead letter of request id, and whether there is
+// one.
+func (p *recordingPublisher) deadLetterOf(id string) (string, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, d := range p.deadIDs {
+		if d == id {
+			return p.deadLetters[i].Reason, true
+		}
+	}
+	return "", false
+}
+
+// answered returns the request ids with a result or a dead letter.
+func (p *recordingPublisher) answered() map[string]bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]bool, len(p.results)+len(p.deadIDs))
+	for _, r := range p.results {
+		out[r.RequestID] = true
+	}
+	for _, id := range p.deadIDs {
+		out[id] = true
+	}
+	return out
+}
+
+// requireEveryRequestAnswered fails t unless every request of reqs (each request id sent to a
+// workflow, duplicates included) ended with a result or a dead letter in answered: Temporal
+// mode never drops a request silently.
+func requireEveryRequestAnswered(t testing.TB, answered map[string]bool, reqs ...turn.Request) {
+	t.Helper()
+	require.NotEmpty(t, reqs, "no requests to check")
+	var missing []string
+	for _, r := range reqs {
+		if !answered[r.ID] {
+			missing = append(missing, fmt.Sprintf("%s (sequence %d, %q)", r.ID, r.Sequence, r.Text))
+		}
+	}
+	require.Empty(t, missing, "requests with neither a result nor a dead letter")
+}
+
+// carriedInto adds to answered the requests a run that continued as new handed to the next run
+// in next.Pending: they are still the conversation's, not dropped.
+func carriedInto(answered map[string]bool, next State) map[string]bool {
+	for _, p := range next.Pending {
+		answered[p.Request.ID] = true
+	}
+	return answered
 }
 
 func (p *recordingPublisher) resultIDs() []string {

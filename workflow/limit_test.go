@@ -22,8 +22,10 @@ func TestDevServerSignalLimit(t *testing.T) {
 	conv := s.cluster.Unique("limit")
 	ctx := context.Background()
 	var refused turn.Request
+	var sent []turn.Request
 	for seq := int64(1); ; seq++ {
 		req := request(conv, seq, fmt.Sprintf("m%d", seq))
+		sent = append(sent, req)
 		_, err := b.Handle(ctx, req)
 		if err != nil {
 			require.Equal(t, turn.KindUnavailable, turn.Classify(err), "%v", err)
@@ -45,4 +47,5 @@ func TestDevServerSignalLimit(t *testing.T) {
 	for i, seq := range seqs {
 		require.Equal(t, int64(i+1), seq)
 	}
+	requireEveryRequestAnswered(t, s.answered(), sent...)
 }

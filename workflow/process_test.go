@@ -199,6 +199,7 @@ func TestDevServerWorkerKilledMidTurn(t *testing.T) {
 	require.Equal(t, 1, effects, "the side effect happened once")
 	results := s.cluster.ReadAll(t, s.results, 1, wait)
 	require.Len(t, results, 1)
+	requireEveryRequestAnswered(t, s.answered(), req)
 
 	// The retry came from the heartbeat timeout (2 s), not from the start-to-close timeout
 	// of minutes: the history's started event of the final attempt says why the last one failed.

@@ -82,19 +82,19 @@ func TestDevServerRecordHistories(t *testing.T) {
 	b := s.bridge(BridgeOptions{Config: Config{SearchAttributes: true, MaxTurnsPerRun: 3, IdleTimeout: 2 * time.Second}})
 	conv := s.cluster.Unique("rec")
 	ctx := context.Background()
-	r1, r2, r3 := request(conv, 1, "one"), request(conv, 2, "two"), request(conv, 3, "three")
+	r1, r2, r3, r4, r5 := request(conv, 1, "one"), request(conv, 2, "two"), request(conv, 3, "three"), request(conv, 4, "four"), request(conv, 5, "five")
 	for _, r := range []turn.Request{r2, r1, r1, r3} {
 		_, err := b.Handle(ctx, r)
 		require.NoError(t, err)
 	}
-	_, err := b.Submit(ctx, request(conv, 4, "four"))
+	_, err := b.Submit(ctx, r4)
 	require.NoError(t, err)
 	id := b.WorkflowID(conv)
 	require.Eventually(t, func() bool {
 		resp, err := s.client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: fmt.Sprintf("WorkflowId = '%s' AND ExecutionStatus = 'ContinuedAsNew'", id)})
 		return err == nil && len(resp.Executions) == 1
 	}, wait, 100*time.Millisecond, "the first run continued as new")
-	_, err = b.Handle(ctx, request(conv, 5, "five")) // a turn of the second run
+	_, err = b.Handle(ctx, r5) // a turn of the second run
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		resp, err := s.client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: fmt.Sprintf("WorkflowId = '%s' AND ExecutionStatus = 'Completed'", id)})
@@ -103,6 +103,7 @@ func TestDevServerRecordHistories(t *testing.T) {
 	resp, err := s.client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: fmt.Sprintf("WorkflowId = '%s'", id)})
 	require.NoError(t, err)
 	require.Len(t, resp.Executions, 2)
+	requireEveryRequestAnswered(t, s.answered(), r1, r2, r3, r4, r5)
 	for _, e := range resp.Executions {
 		name := "history_" + recordVersion + "_completed.json"
 		if e.Status == enums.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW {

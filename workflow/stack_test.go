@@ -234,4 +234,17 @@ func (l *logCapture) matching(sub string) []string {
 }
 
 // discardLogger drops everything.
+// answered returns the request ids with a record on the results or the dead-letter topic.
+func (s *stack) answered() map[string]bool {
+	s.t.Helper()
+	out := map[string]bool{}
+	for _, topic := range []string{s.results, s.dlq} {
+		n := s.cluster.RecordCount(s.t, topic)
+		for _, m := range s.cluster.ReadAll(s.t, topic, int(n), wait) {
+			out[turntest.HeaderMap(m)[consumer.HeaderRequestID]] = true
+		}
+	}
+	return out
+}
+
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -20,6 +20,9 @@ const (
 const (
 	versionLoadState = "turnstile-load-state"
 	versionIdleSave  = "turnstile-idle-save"
+	// versionStrangers: requests that cannot apply are dead-lettered, not dropped, and a
+	// request refused as another user's changes no state (issue 19).
+	versionStrangers = "turnstile-strangers"
 )
 
 // StateStore keeps the State of a conversation whose run ended idle, for the next run: without

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/turnstile-go/turnstile/turn"
 )
@@ -25,6 +26,7 @@ func TestDevServerSubmitAcrossContinueAsNew(t *testing.T) {
 	const callers, each = 10, 10
 	var mu sync.Mutex
 	results := map[string]turn.Result{}
+	var sent []turn.Request
 	var wg sync.WaitGroup
 	errs := make(chan error, callers*each)
 	for c := 0; c < callers; c++ {
@@ -33,6 +35,9 @@ func TestDevServerSubmitAcrossContinueAsNew(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < each; i++ {
 				req := request(conv, 0, fmt.Sprintf("caller %d message %d", c, i))
+				mu.Lock()
+				sent = append(sent, req)
+				mu.Unlock()
 				ctx, cancel := context.WithTimeout(context.Background(), wait)
 				res, err := b.Submit(ctx, req)
 				cancel()
@@ -71,10 +76,12 @@ func TestDevServerSubmitAcrossContinueAsNew(t *testing.T) {
 	require.NotEmpty(t, s.logs.matching("continuing as new"), "the workflows' logs reach the capture")
 	require.Empty(t, s.logs.matching("TMPRL1102"), "no update handler left unfinished")
 	require.Empty(t, s.logs.matching("still running"))
+	requireEveryRequestAnswered(t, s.answered(), sent...)
 }
 
 // A request already applied is rejected by the submit validator, before any history is
-// written; a fresh one gets its result.
+// written; a new request id with a sequence below the mark is dead-lettered with the reason
+// (issue 19: never dropped); a fresh one gets its result.
 func TestDevServerSubmitRejectsDuplicate(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, 1)
@@ -93,10 +100,15 @@ func TestDevServerSubmitRejectsDuplicate(t *testing.T) {
 	stale := request(conv, 1, "stale")
 	_, err = b.Submit(ctx, stale)
 	require.ErrorContains(t, err, "below the applied mark")
-	res, err := b.Submit(ctx, request(conv, 2, "next"))
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, err, &appErr)
+	require.Equal(t, ErrDeadLettered, appErr.Type())
+	next := request(conv, 2, "next")
+	res, err := b.Submit(ctx, next)
 	require.NoError(t, err)
 	require.Equal(t, int64(2), res.Sequence)
 	require.Len(t, s.model.ids(), 2)
+	requireEveryRequestAnswered(t, s.answered(), req, stale, next)
 }
 
 // Reconciliation through the dev server: the ledger (SQLite) says 3 requests were handed off,
@@ -127,6 +139,7 @@ func TestDevServerSweepClosesGap(t *testing.T) {
 	st = s.waitApplied(b, conv, 3)
 	require.Equal(t, int64(3), st.LastAppliedSequence)
 	require.Equal(t, []int64{1, 2, 3}, s.model.sequences())
+	requireEveryRequestAnswered(t, s.answered(), r1, r2, r3)
 
 	n, err := b.Reconcile(context.Background(), conv)
 	require.NoError(t, err)

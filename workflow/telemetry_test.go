@@ -103,6 +103,7 @@ func TestDevServerTraceAcrossTemporal(t *testing.T) {
 	calls := callsOf(s.model, func(in turn.Input) turn.Input { return in })
 	require.Len(t, calls, 1)
 	require.Equal(t, "acme", calls[0].Request.Headers["tenant"], "the tenant header reaches the model in Temporal mode")
+	requireEveryRequestAnswered(t, s.answered(), req)
 
 	var rm metricdata.ResourceMetrics
 	require.NoError(t, reader.Collect(context.Background(), &rm))

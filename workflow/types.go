@@ -137,6 +137,11 @@ type TurnInput struct {
 	// Reject, when set, is why the request must not run: the activity dead-letters it with
 	// this reason (a request sent to another conversation's workflow).
 	Reject string `json:"reject,omitempty"`
+	// Stale, when set, is why the request's sequence cannot apply (below the applied mark, or
+	// pending as another request): the activity answers a request its inbox has done or dead
+	// (a duplicate older than the dedup window) from there, as the Runner replays it, and
+	// dead-letters any other with this reason, without running it.
+	Stale string `json:"stale,omitempty"`
 }
 
 // Outcome is what the activity returns for one request: that it published a Result (and the
@@ -150,4 +155,8 @@ type Outcome struct {
 	Reason       string `json:"reason,omitempty"`
 	// Kind is the turn.Kind name of the failure that dead-lettered it.
 	Kind string `json:"kind,omitempty"`
+	// Foreign is true when the request was dead-lettered because its conversation's session
+	// belongs to another user (session.ErrOwnerMismatch, G7): the workflow leaves the
+	// conversation's state as it was.
+	Foreign bool `json:"foreign,omitempty"`
 }
