@@ -212,8 +212,7 @@ func New(cfg Config, h Handler) (*Consumer, error) {
 	}
 	c.meters = m
 	c.maxRecordBytes = cfg.producerConfig(newPartitioner).Producer.MaxMessageBytes
-	c.resultLimitSource = fmt.Sprintf("the producer's Producer.MaxMessageBytes of %d bytes, less room for the record's key and headers",
-		c.maxRecordBytes)
+	c.resultLimitSource = resultLimitSource(c.maxRecordBytes)
 	return c, nil
 }
 

@@ -96,16 +96,31 @@ func itoa[T int | int32 | int64](v T) string { return strconv.FormatInt(int64(v)
 // telemetry may inject (traceparent and a tracestate of up to 512 bytes, W3C Trace Context).
 const resultRecordRoom = 128 + 600
 
-// resultLimit returns the ResultLimit of req's turn: the producer's Producer.MaxMessageBytes
-// (sarama refuses a larger record, ProducerMessage.ByteSize) less the room the result
-// record's key and headers take, which resultHeaders and forward make.
-func (c *Consumer) resultLimit(req *turn.Request) turn.ResultLimit {
+// ResultLimit returns the turn.ResultLimit of req's turn for a results producer whose
+// Producer.MaxMessageBytes is maxMessageBytes (sarama refuses a larger record,
+// ProducerMessage.ByteSize): that limit less the room the result record's key and headers
+// take, with the request headers named in forward copied onto it (Config.ForwardHeaders) and
+// a trace context injected. The consumer puts it in every Handler call's context; the
+// Temporal activity does the same with its publisher's limit.
+func ResultLimit(maxMessageBytes int, req *turn.Request, forward []string) turn.ResultLimit {
 	room := resultRecordRoom + len(req.ConversationID) + // the key
 		len(HeaderRequestID) + len(req.ID) + len(HeaderConversationID) + len(req.ConversationID) + len(HeaderAttempt) + 20
-	for _, name := range c.cfg.ForwardHeaders {
+	for _, name := range forward {
 		if v, ok := req.Headers[name]; ok {
 			room += len(name) + len(v) + 10
 		}
 	}
-	return turn.ResultLimit{Bytes: c.maxRecordBytes - room, Source: c.resultLimitSource}
+	return turn.ResultLimit{Bytes: maxMessageBytes - room, Source: resultLimitSource(maxMessageBytes)}
+}
+
+// resultLimitSource names the limit in a dead letter's reason.
+func resultLimitSource(maxMessageBytes int) string {
+	return "the producer's Producer.MaxMessageBytes of " + strconv.Itoa(maxMessageBytes) + " bytes, less room for the record's key and headers"
+}
+
+// resultLimit is ResultLimit for this consumer's producer, with the source text made once.
+func (c *Consumer) resultLimit(req *turn.Request) turn.ResultLimit {
+	l := ResultLimit(c.maxRecordBytes, req, c.cfg.ForwardHeaders)
+	l.Source = c.resultLimitSource
+	return l
 }

@@ -196,6 +196,9 @@ func (a *worker) applyTurn(ctx context.Context, env Envelope, in TurnInput) (Out
 	res, err := func() (turn.Result, error) {
 		stop := a.heartbeat(ctx)
 		defer stop() // a panicking store must not leave the heartbeat running
+		if l, ok := a.opts.Publisher.(ResultLimiter); ok {
+			ctx = turn.WithResultLimit(ctx, l.ResultLimit(env))
+		}
 		return a.opts.Runner.Run(ctx, req)
 	}()
 	if err == nil {

@@ -38,6 +38,15 @@ type Publisher interface {
 	PublishDeadLetter(ctx context.Context, env Envelope, dl DeadLetter) error
 }
 
+// ResultLimiter is a Publisher that knows the largest Result it can publish for a request.
+// The activity puts that limit in the Runner's context (turn.WithResultLimit), so that an
+// answer too large to publish is dead-lettered before it is appended to the session, as in
+// direct mode. KafkaPublisher is one.
+type ResultLimiter interface {
+	// ResultLimit returns the limit of the Result of env's request.
+	ResultLimit(env Envelope) turn.ResultLimit
+}
+
 // KafkaPublisher publishes results and dead letters to Kafka as the consumer does: same
 // topics, same header names (consumer.HeaderRequestID and the rest), keyed by the conversation
 // id, on the request's partition index when the target topic has as many partitions as the
@@ -51,6 +60,7 @@ type KafkaPublisher struct {
 	producer        sarama.SyncProducer
 	resultsTopic    string
 	deadLetterTopic string
+	maxMessageBytes int // the producer's Producer.MaxMessageBytes
 	closeOnce       sync.Once
 
 	// ForwardHeaders names the propagated headers (Envelope.Headers) copied onto result
@@ -89,7 +99,21 @@ func NewKafkaPublisher(brokers []string, sc *sarama.Config, resultsTopic, deadLe
 		client.Close()
 		return nil, fmt.Errorf("workflow: kafka producer: %w", err)
 	}
-	return &KafkaPublisher{client: client, producer: producer, resultsTopic: resultsTopic, deadLetterTopic: deadLetterTopic}, nil
+	return &KafkaPublisher{client: client, producer: producer, resultsTopic: resultsTopic, deadLetterTopic: deadLetterTopic,
+		maxMessageBytes: cfg.Producer.MaxMessageBytes}, nil
+}
+
+// ResultLimit returns the limit of the Result of env's request: the producer's
+// Producer.MaxMessageBytes less room for the record's key and headers (consumer.ResultLimit,
+// the consumer's own rule).
+func (p *KafkaPublisher) ResultLimit(env Envelope) turn.ResultLimit {
+	forward := p.ForwardHeaders
+	if forward == nil {
+		forward = consumer.DefaultForwardHeaders
+	}
+	req := env.Request
+	req.Headers = env.Headers
+	return consumer.ResultLimit(p.maxMessageBytes, &req, forward)
 }
 
 // Close closes the producer and its client.

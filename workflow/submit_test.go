@@ -3,6 +3,7 @@ package workflow
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/turn"
 )
 
@@ -144,4 +146,39 @@ func TestDevServerSweepClosesGap(t *testing.T) {
 	n, err := b.Reconcile(context.Background(), conv)
 	require.NoError(t, err)
 	require.Zero(t, n, "caught up: nothing to re-send")
+}
+
+// A 1.2 MB answer, over the publisher's Producer.MaxMessageBytes (sarama's 1 MiB), is
+// dead-lettered before the session append in Temporal mode too: the activity passes the
+// KafkaPublisher's ResultLimit to the Runner, and the conversation goes on without it.
+func TestDevServerAnswerTooLargeIsNotAppended(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, 1)
+	s.startWorker(func(o *WorkerOptions) {
+		o.Runner = s.runner(turn.ModelFunc(func(ctx context.Context, in turn.Input) (turn.Output, error) {
+			if in.Request.Text == "write a novel" {
+				return turn.Output{Events: []session.Event{{Text: strings.Repeat("words ", 200_000)}}}, nil
+			}
+			return s.model.Respond(ctx, in)
+		}))
+	})
+	b := s.bridge(BridgeOptions{})
+	conv := s.cluster.Unique("novel")
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	novel, next := request(conv, 1, "write a novel"), request(conv, 2, "a haiku then")
+	_, err := b.Submit(ctx, novel)
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, err, &appErr)
+	require.Equal(t, ErrDeadLettered, appErr.Type())
+	require.ErrorContains(t, err, "Producer.MaxMessageBytes")
+	_, err = b.Submit(ctx, next)
+	require.NoError(t, err)
+	sess, err := s.sessions.Get(ctx, session.Key{App: turn.DefaultApp, User: novel.UserID, Conversation: conv}, 100)
+	require.NoError(t, err)
+	for _, e := range sess.Events {
+		require.NotEqual(t, novel.ID, e.RequestID, "the session holds no turn of the refused answer")
+	}
+	require.Len(t, sess.Events, 2, "the next turn: its message and its answer")
+	requireEveryRequestAnswered(t, s.answered(), novel, next)
 }
