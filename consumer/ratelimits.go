@@ -15,7 +15,9 @@ import (
 //     rate limited meanwhile: the provider's limit, which every request meets. Every
 //     partition pauses, and it counts against nothing.
 //   - neither (its first rate limit, or only its own since): every partition pauses, and it
-//     counts. A request that is alone in the member and always refused ends this way.
+//     counts, unless the request was refused alone before (then it is alone again: nothing
+//     says the provider refuses the others). A request that is alone in the member and always
+//     refused ends this way.
 //
 // Config.MaxRateLimits bounds the counted ones: at it the request is dead-lettered.
 type rateLimits struct {
@@ -29,6 +31,12 @@ type rateLimits struct {
 // request backs off by itself instead of pausing every partition).
 func (rl *rateLimits) limited(t *throttle) (alone bool) {
 	mark, alone, shared := t.limited(rl.mark)
+	if !alone && !shared && rl.alone > 0 {
+		// Refused alone before, and nothing since says otherwise (no other request was limited):
+		// still its own limit, though no turn that started after its last one has finished yet
+		// (its own backoff can be shorter than a model call).
+		alone = true
+	}
 	rl.mark = mark
 	if alone {
 		rl.alone++

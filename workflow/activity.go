@@ -125,7 +125,7 @@ func (a *worker) activityOptions() twf.ActivityOptions {
 			InitialInterval:        a.opts.RetryInitial,
 			BackoffCoefficient:     2,
 			MaximumInterval:        a.opts.RetryMax,
-			NonRetryableErrorTypes: []string{errTypePermanent},
+			NonRetryableErrorTypes: []string{errorType(turn.KindPermanent)},
 		},
 	}
 }
@@ -220,7 +220,7 @@ func (a *worker) applyTurn(ctx context.Context, env Envelope, in TurnInput) (Out
 		return out, err
 	case turn.KindRateLimited:
 		d, _ := turn.RetryDelay(err)
-		return Outcome{}, temporal.NewApplicationErrorWithOptions(err.Error(), errTypeRateLimited,
+		return Outcome{}, temporal.NewApplicationErrorWithOptions(err.Error(), errorType(kind),
 			temporal.ApplicationErrorOptions{NextRetryDelay: d})
 	default:
 		// The one line of a failed attempt: the Runner logs none, Temporal's retry policy
@@ -233,8 +233,22 @@ func (a *worker) applyTurn(ctx context.Context, env Envelope, in TurnInput) (Out
 		a.opts.Logger.Warn("turn attempt failed; the activity retries", "request_id", req.ID, "conversation_id", req.ConversationID,
 			"topic", env.Source.Topic, "partition", env.Source.Partition, "offset", env.Source.Offset,
 			"attempt", attempt, "kind", kind.String(), "err", err)
-		return Outcome{}, temporal.NewApplicationError(err.Error(), kind.String())
+		return Outcome{}, temporal.NewApplicationError(err.Error(), errorType(kind))
 	}
+}
+
+// errorType returns the type of the activity's ApplicationError for a failure of kind k, which
+// the retry policy (NonRetryableErrorTypes) and the workflow (Status.LastErrorKind) read: the
+// kind's name (turn.Kind.String), but errTypeRateLimited for turn.KindRateLimited and
+// errTypePermanent for turn.KindPermanent. TestEveryKindHasAnErrorType walks turn.Kinds.
+func errorType(k turn.Kind) string {
+	switch k {
+	case turn.KindRateLimited:
+		return errTypeRateLimited
+	case turn.KindPermanent:
+		return errTypePermanent
+	}
+	return k.String()
 }
 
 // answered reports whether the Runner's inbox holds the outcome of req (done or dead): a
@@ -247,7 +261,7 @@ func (a *worker) answered(ctx context.Context, req turn.Request) (bool, error) {
 	case errors.Is(err, inbox.ErrNotFound):
 		return false, nil
 	case err != nil:
-		return false, temporal.NewApplicationError("inbox get: "+err.Error(), turn.KindUnavailable.String())
+		return false, temporal.NewApplicationError("inbox get: "+err.Error(), errorType(turn.KindUnavailable))
 	}
 	return entry.Status == inbox.StatusDone || entry.Status == inbox.StatusDead, nil
 }
@@ -271,7 +285,7 @@ func (a *worker) ownerMismatch(ctx context.Context, req turn.Request, err error)
 	case gerr == nil, errors.Is(gerr, session.ErrNotFound), errors.Is(gerr, session.ErrInvalid):
 		return false, nil
 	}
-	return false, temporal.NewApplicationError("session owner check: "+gerr.Error(), turn.KindUnavailable.String())
+	return false, temporal.NewApplicationError("session owner check: "+gerr.Error(), errorType(turn.KindUnavailable))
 }
 
 // recordPanic, deferred by ApplyTurn, handles a panic of the turn: it records the panic in the
@@ -320,14 +334,14 @@ func (a *worker) publishResult(ctx context.Context, env Envelope, res turn.Resul
 	}
 	a.opts.Logger.Warn("result publish failed; the activity retries", "request_id", env.Request.ID,
 		"conversation_id", env.Request.ConversationID, "err", err)
-	return Outcome{}, temporal.NewApplicationError("publish result: "+err.Error(), turn.KindUnavailable.String())
+	return Outcome{}, temporal.NewApplicationError("publish result: "+err.Error(), errorType(turn.KindUnavailable))
 }
 
 func (a *worker) deadLetter(ctx context.Context, env Envelope, dl DeadLetter, kind turn.Kind) (Outcome, error) {
 	if err := a.opts.Publisher.PublishDeadLetter(ctx, env, dl); err != nil {
 		a.opts.Logger.Warn("dead-letter publish failed; the activity retries", "request_id", env.Request.ID,
 			"conversation_id", env.Request.ConversationID, "err", err)
-		return Outcome{}, temporal.NewApplicationError("publish dead letter: "+err.Error(), turn.KindUnavailable.String())
+		return Outcome{}, temporal.NewApplicationError("publish dead letter: "+err.Error(), errorType(turn.KindUnavailable))
 	}
 	a.opts.Logger.Error("request dead-lettered", "request_id", env.Request.ID, "conversation_id", env.Request.ConversationID,
 		"topic", env.Source.Topic, "partition", env.Source.Partition, "offset", env.Source.Offset, "reason", dl.Reason)

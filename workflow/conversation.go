@@ -278,7 +278,7 @@ func activityErrorKind(err error) string {
 	if errors.As(err, &appErr) && appErr.Type() != "" {
 		return appErr.Type()
 	}
-	return turn.KindAttempt.String()
+	return errorType(turn.KindAttempt)
 }
 
 // remember adds id to the dedup window, forgetting the oldest beyond Config.DedupWindow.

@@ -13,6 +13,7 @@ import (
 	temporalotel "go.temporal.io/sdk/contrib/opentelemetry"
 	"go.temporal.io/sdk/interceptor"
 
+	"github.com/turnstile-go/turnstile/consumer"
 	"github.com/turnstile-go/turnstile/turn/turnotel"
 )
 
@@ -102,10 +103,10 @@ func endTurn(span trace.Span, out Outcome, err error) {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 	case out.DeadLettered:
-		span.SetAttributes(turnotel.AttrOutcome.String("dead_lettered"))
+		span.SetAttributes(turnotel.AttrOutcome.String(consumer.OutcomeDeadLettered))
 		span.SetStatus(codes.Error, out.Reason)
 	default:
-		span.SetAttributes(turnotel.AttrOutcome.String("done"))
+		span.SetAttributes(turnotel.AttrOutcome.String(consumer.OutcomeDone))
 	}
 	span.End()
 }
