@@ -24,7 +24,9 @@ import (
 // that request while the others pass. So:
 //   - After a pause, the request whose rate limit started or last extended it (last) does not
 //     probe first: another turn does if one comes within probeYield, so that one
-//     always-refused request is not the probe after every pause.
+//     always-refused request is not the probe after every pause. When last is the only
+//     request refused since the last success, the other turns do not even wait for a probe:
+//     they all go, and last waits for one of them to succeed (or probeYield).
 //   - A request rate limited again after a turn that started after its previous limit
 //     succeeded (see limited and alone) was refused alone: it backs off by itself (serve.go),
 //     the rest of the member flows, no partition pauses.
@@ -61,6 +63,12 @@ type throttle struct {
 	// another turn probe first.
 	last     *record
 	lastMark uint64 // last's clock
+	// others says that a record other than last was rate limited since the last success:
+	// the limit may be the provider's, so one turn probes at a time after the pause. While
+	// it is false, only last has been refused, and the other turns go freely after the pause
+	// (a half-open breaker that admits everyone but the request it tripped on); one of them
+	// refused too sets it and starts a pause again.
+	others bool
 }
 
 // probeYield is how long the last rate-limited request lets other turns take the probe after
@@ -122,6 +130,11 @@ func (t *throttle) pause(d time.Duration, probe bool, r *record, mark uint64) bo
 			wait = min(max(d, t.bo.NextBackOff()), t.maxPause)
 		}
 		t.streak++
+	}
+	if !t.needProbe {
+		t.others = false // a new episode: since the last success, only r has been refused
+	} else if t.last != nil && r != t.last {
+		t.others = true
 	}
 	t.needProbe = true
 	if mark >= t.lastMark {
@@ -231,6 +244,10 @@ func (t *throttle) wait(ctx context.Context, r *record) (probe bool, err error) 
 			}
 			t.mu.Unlock()
 			return false, nil // no waiting, so a closed partition's gap records still run
+		case !t.others && t.last != nil && r != t.last:
+			// Only last was refused since the last success: the others go without a probe.
+			t.mu.Unlock()
+			return false, nil
 		case !t.probing:
 			if r == t.last {
 				if yieldUntil.IsZero() {
