@@ -191,8 +191,10 @@ func TestRateLimitOfOneRequestLetsOthersFlow(t *testing.T) {
 				return res, err
 			})
 		},
-		// MaxPause bounds the old code's pauses, so that it fails in seconds, not minutes.
-		tune: func(cfg *consumer.Config) { cfg.MaxRateLimits, cfg.MaxPause = limit, 2*time.Second },
+		// MaxPause bounds the old code's pauses, so that it fails in seconds, not minutes. At 3 s,
+		// the refused request's five calls span at least 12 s (its own backoff honors the
+		// model's 3 s), which the 150 others need a small part of even on a loaded machine.
+		tune: func(cfg *consumer.Config) { cfg.MaxRateLimits, cfg.MaxPause = limit, 3*time.Second },
 	})
 	produceTo := func(p int32, r turn.Request) {
 		data, err := r.Encode()
