@@ -238,6 +238,9 @@ func apply(ctx context.Context, flt fault, slots, workers []*slot, brk *broker, 
 		sig, why = syscall.SIGTERM, intentTerm
 	case faultBurst:
 		sig, why, minUp = syscall.SIGUSR1, intentNone, 0
+		if len(workers) > 0 { // Temporal mode: the model runs in the workers
+			slots, who = workers, "worker w"
+		}
 	}
 	if len(slots) == 0 {
 		return nil
