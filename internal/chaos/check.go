@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -86,6 +87,40 @@ func (f *Figures) OK() bool { return len(f.Failures) == 0 }
 type problems struct {
 	n        int
 	examples []string
+	convs    map[string][]kind // conversation -> the kinds of its records counted
+	order    []string
+}
+
+// count notes a problem of a record of kind k in conversation conv, for byConv.
+func (p *problems) count(conv string, k kind) {
+	if p.convs == nil {
+		p.convs = map[string][]kind{}
+	}
+	if _, ok := p.convs[conv]; !ok {
+		p.order = append(p.order, conv)
+	}
+	p.convs[conv] = append(p.convs[conv], k)
+}
+
+// byConv summarises the conversations counted, the first 12 of them, with the kinds of records
+// other than valid among them: a conversation held up shows its culprit.
+func (p *problems) byConv() string {
+	slices.Sort(p.order)
+	var parts []string
+	for i, conv := range p.order {
+		if i == 12 {
+			parts = append(parts, fmt.Sprintf("and %d more", len(p.order)-i))
+			break
+		}
+		part := fmt.Sprintf("%s %d", conv, len(p.convs[conv]))
+		for _, k := range p.convs[conv] {
+			if k != kindValid {
+				part += " incl. " + k.String()
+			}
+		}
+		parts = append(parts, part)
+	}
+	return strings.Join(parts, ", ")
 }
 
 func (p *problems) add(format string, args ...any) {
@@ -277,6 +312,7 @@ func judge(w *workload, o *outcomes, events []turnRow, refunds map[string]int, c
 		}
 		if !o.dead[it.id] && len(texts) == 0 {
 			noOutcome.add("%s record %s (%s #%d): neither a result nor a dead letter", it.kind, it.id, it.conv, it.n)
+			noOutcome.count(it.conv, it.kind)
 		}
 		if len(texts) > 1 {
 			dupResults.add("request %s (%s): %d result records", it.id, it.kind, len(texts))
@@ -316,6 +352,9 @@ func judge(w *workload, o *outcomes, events []turnRow, refunds map[string]int, c
 	f.NoOutcome, f.DuplicateResults = noOutcome.n, dupResults.n
 	if !committed {
 		dupResults = problems{} // republished results are expected: readers dedup on the request id
+	}
+	if len(noOutcome.convs) > 0 {
+		noOutcome.examples = append(noOutcome.examples, "by conversation: "+noOutcome.byConv())
 	}
 	if f.MemberFails > 0 {
 		memberFails.add("%d member or worker exits the run did not cause (a panic, an error from Run: see the logs)", f.MemberFails)
