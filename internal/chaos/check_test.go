@@ -19,9 +19,9 @@ import (
 type served struct {
 	committed bool
 	w         *workload
-	o       *outcomes
-	events  []turnRow
-	refunds map[string]int
+	o         *outcomes
+	events    []turnRow
+	refunds   map[string]int
 }
 
 func newServed(t *testing.T) *served {
