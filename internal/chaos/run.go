@@ -441,9 +441,12 @@ func (s *temporalServer) start(ctx context.Context) error {
 		ClientOptions: &client.Options{HostPort: s.host(), Namespace: "default", Logger: quietTemporal{}},
 		DBFilename:    s.db,
 		LogLevel:      "error",
-		ExtraArgs:     []string{"--dynamic-config-value", `history.timerProcessorMaxTimeShift="50ms"`},
-		Stdout:        logf,
-		Stderr:        logf,
+		// WAL and synchronous=NORMAL: durable across the process restarts of the run, and
+		// many times faster than the default rollback journal on a loaded disk.
+		ExtraArgs: []string{"--dynamic-config-value", `history.timerProcessorMaxTimeShift="50ms"`,
+			"--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal"},
+		Stdout: logf,
+		Stderr: logf,
 	})
 	if err != nil {
 		logf.Close()
