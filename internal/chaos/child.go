@@ -261,15 +261,27 @@ func runWorker(a childArgs) int {
 		return exitFailed
 	}
 	defer pub.Close()
-	wk := tworker.New(c, a.TaskQueue, tworker.Options{MaxConcurrentActivityExecutionSize: a.MaxInFlight})
-	if err := workflow.Register(wk, workflow.WorkerOptions{Runner: newRunner(a, st, log), Publisher: pub,
-		HeartbeatTimeout: 2 * time.Second, RetryMax: 5 * time.Second, Logger: log}); err != nil {
-		log.Error("register", "err", err)
-		return exitFailed
-	}
-	if err := wk.Start(); err != nil {
-		log.Error("worker start", "err", err)
-		return exitFailed
+	runner := newRunner(a, st, log)
+	// Start checks the namespace with the server, which may be restarting (a fault of the
+	// run): try again for a minute, as an orchestrator's restarts would.
+	var wk tworker.Worker
+	for try := 0; ; try++ {
+		wk = tworker.New(c, a.TaskQueue, tworker.Options{MaxConcurrentActivityExecutionSize: a.MaxInFlight})
+		if err := workflow.Register(wk, workflow.WorkerOptions{Runner: runner, Publisher: pub,
+			HeartbeatTimeout: 2 * time.Second, RetryMax: 5 * time.Second, Logger: log}); err != nil {
+			log.Error("register", "err", err)
+			return exitFailed
+		}
+		err := wk.Start()
+		if err == nil {
+			break
+		}
+		if try == 60 {
+			log.Error("worker start", "err", err)
+			return exitFailed
+		}
+		log.Warn("worker start failed; trying again", "err", err)
+		time.Sleep(time.Second)
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
