@@ -5,28 +5,38 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/turnstile-go/turnstile/consumer"
 )
 
 // Figures are a run's counts: what was done to it and what the checker found.
 type Figures struct {
+	Cell          Cell
 	Requests      int // valid requests produced, poison ones included
 	Conversations int
 	Invalid       int // records that are not requests
 	Poison        int // requests whose model call kills its member
+	Strangers     int // records of another user's conversation
+	Panics        int // requests whose model, store or Handler panics
+	Limited       int // requests the model always rate-limits
 	Members       int
+	Workers       int // Temporal worker processes
 
-	Kills       int // kill -9 of a member
-	Terms       int // SIGTERM of a member
-	DBKills     int // rounds of pg_terminate_backend
-	ConnsKilled int // connections those rounds ended
-	Restarts    int // broker restarts
-	Bursts      int // 429 bursts
-	Crashes     int // member exits by a poison request
-	MemberFails int // member exits the run did not cause (an error from Run, say)
+	Kills          int // kill -9 of a member
+	WorkerKills    int // kill -9 of a Temporal worker
+	ServerRestarts int // Temporal dev server restarts
+	Terms          int // SIGTERM of a member
+	DBKills        int // rounds of pg_terminate_backend
+	ConnsKilled    int // connections those rounds ended
+	Restarts       int // broker restarts
+	Bursts         int // 429 bursts
+	Crashes        int // member exits by a poison request
+	MemberFails    int // member exits the run did not cause (an error from Run, say)
 
 	ResultRecords int // records on the results topic (a request's result may repeat)
 	Turns         int // turns in the session histories
@@ -40,7 +50,12 @@ type Figures struct {
 	DuplicateSideEffects int
 	DeadLetters          int // distinct records dead-lettered
 	ValidDeadLetters     int // valid requests, not poison, among them
-	Other                int // the checks with no figure of their own: see Failures
+	NoOutcome            int // records with neither a result nor a dead letter
+	// DuplicateResults counts request ids with more than one result record; read
+	// read_committed in the transactional cell, where each is a failure (elsewhere readers
+	// dedup on the request id, and a republished result is expected).
+	DuplicateResults int
+	Other            int // the checks with no figure of their own: see Failures
 
 	Elapsed time.Duration
 	Seed    uint64
@@ -52,12 +67,16 @@ type Figures struct {
 
 // Line returns the figures on one line, as RELIABILITY.md records them.
 func (f *Figures) Line() string {
-	return fmt.Sprintf("requests=%d conversations=%d invalid=%d poison=%d members=%d kills=%d sigterms=%d db_kills=%d (connections=%d) restarts=%d bursts=%d poison_crashes=%d member_failures=%d "+
+	var temporal string
+	if f.Cell.Temporal() {
+		temporal = fmt.Sprintf(" workers=%d worker_kills=%d server_restarts=%d", f.Workers, f.WorkerKills, f.ServerRestarts)
+	}
+	return fmt.Sprintf("cell=%s requests=%d conversations=%d invalid=%d poison=%d strangers=%d panics=%d limited=%d members=%d%s kills=%d sigterms=%d db_kills=%d (connections=%d) restarts=%d bursts=%d poison_crashes=%d member_failures=%d "+
 		"results=%d turns=%d refunds=%d refund_calls=%d "+
-		"lost=%d duplicate_turns=%d order_violations=%d context_misses=%d duplicate_side_effects=%d dead_letters=%d valid_dead_letters=%d other_failures=%d elapsed=%s seed=%d",
-		f.Requests, f.Conversations, f.Invalid, f.Poison, f.Members, f.Kills, f.Terms, f.DBKills, f.ConnsKilled, f.Restarts, f.Bursts, f.Crashes, f.MemberFails,
+		"lost=%d duplicate_turns=%d order_violations=%d context_misses=%d duplicate_side_effects=%d dead_letters=%d valid_dead_letters=%d no_outcome=%d duplicate_results=%d other_failures=%d elapsed=%s seed=%d",
+		f.Cell, f.Requests, f.Conversations, f.Invalid, f.Poison, f.Strangers, f.Panics, f.Limited, f.Members, temporal, f.Kills, f.Terms, f.DBKills, f.ConnsKilled, f.Restarts, f.Bursts, f.Crashes, f.MemberFails,
 		f.ResultRecords, f.Turns, f.Refunds, f.RefundCalls,
-		f.Lost, f.DuplicateTurns, f.OrderViolations, f.ContextMisses, f.DuplicateSideEffects, f.DeadLetters, f.ValidDeadLetters, f.Other,
+		f.Lost, f.DuplicateTurns, f.OrderViolations, f.ContextMisses, f.DuplicateSideEffects, f.DeadLetters, f.ValidDeadLetters, f.NoOutcome, f.DuplicateResults, f.Other,
 		f.Elapsed.Round(100*time.Millisecond), f.Seed)
 }
 
@@ -68,6 +87,40 @@ func (f *Figures) OK() bool { return len(f.Failures) == 0 }
 type problems struct {
 	n        int
 	examples []string
+	convs    map[string][]kind // conversation -> the kinds of its records counted
+	order    []string
+}
+
+// count notes a problem of a record of kind k in conversation conv, for byConv.
+func (p *problems) count(conv string, k kind) {
+	if p.convs == nil {
+		p.convs = map[string][]kind{}
+	}
+	if _, ok := p.convs[conv]; !ok {
+		p.order = append(p.order, conv)
+	}
+	p.convs[conv] = append(p.convs[conv], k)
+}
+
+// byConv summarises the conversations counted, the first 12 of them, with the kinds of records
+// other than valid among them: a conversation held up shows its culprit.
+func (p *problems) byConv() string {
+	slices.Sort(p.order)
+	var parts []string
+	for i, conv := range p.order {
+		if i == 12 {
+			parts = append(parts, fmt.Sprintf("and %d more", len(p.order)-i))
+			break
+		}
+		part := fmt.Sprintf("%s %d", conv, len(p.convs[conv]))
+		for _, k := range p.convs[conv] {
+			if k != kindValid {
+				part += " incl. " + k.String()
+			}
+		}
+		parts = append(parts, part)
+	}
+	return strings.Join(parts, ", ")
 }
 
 func (p *problems) add(format string, args ...any) {
@@ -91,7 +144,8 @@ type outcomes struct {
 	byValue      map[string]string   // record value -> request id
 	results      map[string][]string // request id -> texts of its result records
 	dead         map[string]bool     // request ids dead-lettered
-	reasons      map[string]string   // request id -> the reason and attempts headers of its dead letter
+	reasons      map[string]string   // request id -> the reason header of its dead letter
+	attempts     map[string]string   // request id -> the attempts header of its dead letter
 	records      int                 // result records
 	strayResults problems            // a result that names no request of the workload, or under another key
 	strayDead    problems            // a dead letter that is no record of the workload
@@ -99,7 +153,8 @@ type outcomes struct {
 
 func newOutcomes(w *workload) *outcomes {
 	o := &outcomes{w: w, byValue: make(map[string]string, len(w.order)),
-		results: make(map[string][]string), dead: make(map[string]bool), reasons: make(map[string]string)}
+		results: make(map[string][]string), dead: make(map[string]bool), reasons: make(map[string]string),
+		attempts: make(map[string]string)}
 	for _, it := range w.order {
 		o.byValue[string(it.value)] = it.id
 	}
@@ -122,22 +177,34 @@ func (o *outcomes) addResult(r *kgo.Record) {
 }
 
 func (o *outcomes) addDead(r *kgo.Record) {
+	var reason, attempts, requestID string
+	for _, h := range r.Headers {
+		switch h.Key {
+		case consumer.HeaderReason:
+			reason = string(h.Value)
+		case consumer.HeaderAttempts:
+			attempts = string(h.Value)
+		case consumer.HeaderRequestID:
+			requestID = string(h.Value)
+		}
+	}
 	id, ok := o.byValue[string(r.Value)]
+	if !ok {
+		// In Temporal mode a dead letter's value is the request re-encoded, not the
+		// record's bytes: it is known by its request id and key.
+		if it, known := o.w.byID[requestID]; known && it.kind != kindInvalid && string(r.Key) == it.conv {
+			id, ok = requestID, true
+		}
+	}
 	if !ok {
 		o.strayDead.add("dead letter at offset %d of partition %d: %.80q", r.Offset, r.Partition, r.Value)
 		return
 	}
 	o.dead[id] = true
-	var reason, attempts string
-	for _, h := range r.Headers {
-		switch h.Key {
-		case "reason":
-			reason = string(h.Value)
-		case "attempts":
-			attempts = string(h.Value)
-		}
+	if reason != "" || o.reasons[id] == "" {
+		o.reasons[id] = reason
+		o.attempts[id] = attempts
 	}
-	o.reasons[id] = fmt.Sprintf("%q after %s attempts", reason, attempts)
 }
 
 // settled counts the workload's records that have an outcome: a result or a dead letter.
@@ -159,14 +226,15 @@ type turnRow struct {
 // check reads the topics and the tables and fills in f's checks.
 func check(ctx context.Context, cfg *Config, brokers []string, db *sql.DB, prefix string, w *workload, f *Figures) error {
 	o := newOutcomes(w)
-	results, err := readTopic(ctx, brokers, topicResults, int32(cfg.Partitions))
+	committed := cfg.Cell.Transactional()
+	results, err := readTopic(ctx, brokers, topicResults, int32(cfg.Partitions), committed)
 	if err != nil {
 		return err
 	}
 	for _, r := range results {
 		o.addResult(r)
 	}
-	dead, err := readTopic(ctx, brokers, topicDeadLetters, dlqPartitions)
+	dead, err := readTopic(ctx, brokers, topicDeadLetters, dlqPartitions, committed)
 	if err != nil {
 		return err
 	}
@@ -215,14 +283,16 @@ func check(ctx context.Context, cfg *Config, brokers []string, db *sql.DB, prefi
 		return fmt.Errorf("read refunds: %w", err)
 	}
 
-	judge(w, o, events, refunds, f)
+	judge(w, o, events, refunds, committed, f)
 	return nil
 }
 
 // judge fills in f's checks from what was read: the outcomes on the topics, the events of
-// every session (by conversation, oldest first) and the refund rows per request id.
-func judge(w *workload, o *outcomes, events []turnRow, refunds map[string]int, f *Figures) {
-	var lost, dup, order, miss, sideDup, validDead, foreign, noRefund problems
+// every session (by conversation, oldest first) and the refund rows per request id. With
+// committed (the topics were read read_committed), a request id with more than one result
+// record is a failure.
+func judge(w *workload, o *outcomes, events []turnRow, refunds map[string]int, committed bool, f *Figures) {
+	var lost, dup, order, miss, sideDup, validDead, foreign, noRefund, noOutcome, served, noReason, dupResults, memberFails problems
 	turns, replies := histories(events, w, &order, &miss, &foreign)
 	for id, n := range turns {
 		f.Turns += n
@@ -236,20 +306,31 @@ func judge(w *workload, o *outcomes, events []turnRow, refunds map[string]int, f
 		}
 	}
 	for _, it := range w.order {
+		texts := o.results[it.id]
 		if o.dead[it.id] {
 			f.DeadLetters++
 		}
-		switch it.kind {
-		case kindInvalid, kindPoison:
-			if !o.dead[it.id] {
-				lost.add("%s record %s of %s: not dead-lettered", map[kind]string{kindInvalid: "invalid", kindPoison: "poison"}[it.kind], it.id, it.conv)
+		if !o.dead[it.id] && len(texts) == 0 {
+			noOutcome.add("%s record %s (%s #%d): neither a result nor a dead letter", it.kind, it.id, it.conv, it.n)
+			noOutcome.count(it.conv, it.kind)
+		}
+		if len(texts) > 1 {
+			dupResults.add("request %s (%s): %d result records", it.id, it.kind, len(texts))
+		}
+		if it.kind.deadLettered() {
+			switch {
+			case len(texts) > 0:
+				served.add("%s record %s of %s: served (%d results)", it.kind, it.id, it.conv, len(texts))
+			case !o.dead[it.id]:
+				lost.add("%s record %s of %s: not dead-lettered", it.kind, it.id, it.conv)
+			case o.reasons[it.id] == "":
+				noReason.add("%s record %s of %s: dead-lettered without a reason", it.kind, it.id, it.conv)
 			}
 			continue
 		}
-		texts := o.results[it.id]
 		switch {
 		case o.dead[it.id]:
-			validDead.add("request %s (%s #%d) dead-lettered: %s", it.id, it.conv, it.n, o.reasons[it.id])
+			validDead.add("request %s (%s #%d) dead-lettered: %q after %s attempts", it.id, it.conv, it.n, o.reasons[it.id], o.attempts[it.id])
 		case len(texts) == 0:
 			lost.add("request %s (%s #%d): no result", it.id, it.conv, it.n)
 		case turns[it.id] == 0:
@@ -268,7 +349,17 @@ func judge(w *workload, o *outcomes, events []turnRow, refunds map[string]int, f
 
 	f.Lost, f.DuplicateTurns, f.OrderViolations, f.ContextMisses = lost.n, dup.n, order.n, miss.n
 	f.DuplicateSideEffects, f.ValidDeadLetters = sideDup.n, validDead.n
-	f.Other = foreign.n + noRefund.n + o.strayResults.n + o.strayDead.n
+	f.NoOutcome, f.DuplicateResults = noOutcome.n, dupResults.n
+	if !committed {
+		dupResults = problems{} // republished results are expected: readers dedup on the request id
+	}
+	if len(noOutcome.convs) > 0 {
+		noOutcome.examples = append(noOutcome.examples, "by conversation: "+noOutcome.byConv())
+	}
+	if f.MemberFails > 0 {
+		memberFails.add("%d member or worker exits the run did not cause (a panic, an error from Run: see the logs)", f.MemberFails)
+	}
+	f.Other = foreign.n + noRefund.n + o.strayResults.n + o.strayDead.n + served.n + noReason.n + memberFails.n
 	for _, c := range []struct {
 		name string
 		p    *problems
@@ -277,6 +368,9 @@ func judge(w *workload, o *outcomes, events []turnRow, refunds map[string]int, f
 		{"duplicate side effects", &sideDup}, {"valid requests dead-lettered", &validDead},
 		{"turns of no valid request", &foreign}, {"turns without their refund", &noRefund},
 		{"stray results", &o.strayResults}, {"stray dead letters", &o.strayDead},
+		{"records with no outcome", &noOutcome}, {"expected dead letters served", &served},
+		{"dead letters without a reason", &noReason}, {"duplicate committed results", &dupResults},
+		{"members that died by themselves", &memberFails},
 	} {
 		if c.p.n > 0 {
 			f.Failures = append(f.Failures, fmt.Sprintf("%s: %d (%s)", c.name, c.p.n, strings.Join(c.p.examples, "; ")))
@@ -307,7 +401,7 @@ func histories(events []turnRow, w *workload, order, miss, foreign *problems) (t
 		i = j
 		turns[e.requestID]++
 		it, ok := w.byID[e.requestID]
-		if !ok || it.kind != kindValid || it.conv != conv || len(turn) != 2 || turn[0].author != "user" || turn[0].body != userText(conv, it.n, false) {
+		if !ok || it.kind != kindValid || it.conv != conv || len(turn) != 2 || turn[0].author != "user" || turn[0].body != userText(conv, it.n, kindValid) {
 			foreign.add("conversation %s: a turn of %s that is no valid request of it (%d events)", conv, e.requestID, len(turn))
 			continue
 		}

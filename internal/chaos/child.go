@@ -9,17 +9,23 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/IBM/sarama"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 	"github.com/twmb/franz-go/pkg/kfake"
+	"go.temporal.io/sdk/client"
+	tworker "go.temporal.io/sdk/worker"
+	twf "go.temporal.io/sdk/workflow"
 
 	"github.com/turnstile-go/turnstile/consumer"
 	"github.com/turnstile-go/turnstile/inbox/sqlinbox"
+	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/session/sqlsession"
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/workflow"
 )
 
 // envChild carries a child process's role and arguments, as JSON (childArgs).
@@ -36,8 +42,9 @@ const (
 
 // childArgs is what a child process is told through envChild.
 type childArgs struct {
-	Role string // "broker" or "member"
+	Role string // "broker", "member" or "worker"
 	Name string
+	Cell Cell
 
 	// broker
 	Port    int
@@ -54,6 +61,10 @@ type childArgs struct {
 	DeadLetters string
 	MaxInFlight int
 	Faults      modelFaults
+
+	// Temporal mode: the dev server's frontend and the conversation workflows' task queue.
+	TemporalHost string
+	TaskQueue    string
 }
 
 // ChildMain runs the broker or member role and exits when the environment says this process
@@ -74,6 +85,8 @@ func ChildMain() {
 		os.Exit(runBroker(a))
 	case "member":
 		os.Exit(runMember(a))
+	case "worker":
+		os.Exit(runWorker(a))
 	}
 	fmt.Fprintf(os.Stderr, "chaos child: unknown role %q\n", a.Role)
 	os.Exit(exitFailed)
@@ -103,34 +116,43 @@ func runBroker(a childArgs) int {
 	return exitOK
 }
 
-// runMember is a host's main.go: a turn.Runner with the fake model on the PostgreSQL stores,
-// behind a consumer.Consumer, until SIGTERM (drain, commit, leave) or a kill.
-func runMember(a childArgs) int {
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("member", a.Name)
+// memberStores are a member's or worker's connections and stores.
+type memberStores struct {
+	db       *sql.DB
+	sessions session.Store
+	inbox    *sqlinbox.Inbox
+}
+
+// openStores opens the PostgreSQL stores of a child, its connections named AppName. The
+// session store is wrapped in panickyStore.
+func openStores(a childArgs) (*memberStores, error) {
 	dsn, err := withAppName(a.DSN, a.AppName)
 	if err != nil {
-		log.Error("dsn", "err", err)
-		return exitFailed
+		return nil, fmt.Errorf("dsn: %w", err)
 	}
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {
-		log.Error("open database", "err", err)
-		return exitFailed
+		return nil, fmt.Errorf("open database: %w", err)
 	}
-	defer db.Close()
 	// The stores' calls plus the model's refunds, which run while a turn holds no connection.
 	db.SetMaxOpenConns(a.MaxInFlight + 4)
 	sessions, err := sqlsession.New(db, sqlsession.PostgreSQL, sqlsession.Options{TablePrefix: a.Prefix, Concurrency: a.MaxInFlight})
 	if err != nil {
-		log.Error("session store", "err", err)
-		return exitFailed
+		db.Close()
+		return nil, fmt.Errorf("session store: %w", err)
 	}
 	dedup, err := sqlinbox.New(db, sqlinbox.PostgreSQL, sqlinbox.Options{TablePrefix: a.Prefix, Concurrency: a.MaxInFlight})
 	if err != nil {
-		log.Error("inbox", "err", err)
-		return exitFailed
+		db.Close()
+		return nil, fmt.Errorf("inbox: %w", err)
 	}
-	m := newModel(db, a.Prefix, a.Faults)
+	return &memberStores{db: db, sessions: panickyStore{sessions}, inbox: dedup}, nil
+}
+
+// newRunner returns the Runner of a member (direct mode) or a worker (Temporal mode): the
+// fake model on the stores, its bursts started by SIGUSR1.
+func newRunner(a childArgs, st *memberStores, log *slog.Logger) *turn.Runner {
+	m := newModel(st.db, a.Prefix, a.Faults)
 	bursts := make(chan os.Signal, 1)
 	signal.Notify(bursts, syscall.SIGUSR1)
 	go func() {
@@ -138,9 +160,16 @@ func runMember(a childArgs) int {
 			m.burst()
 		}
 	}()
+	return &turn.Runner{Model: m, Sessions: st.sessions, Inbox: st.inbox, TurnTimeout: 30 * time.Second, Logger: log}
+}
 
-	runner := &turn.Runner{Model: m, Sessions: sessions, Inbox: dedup, TurnTimeout: 30 * time.Second, Logger: log}
-	c, err := consumer.New(consumer.Config{
+// runMember is a host's main.go: in direct mode a turn.Runner with the fake model on the
+// PostgreSQL stores behind a consumer.Consumer, in Temporal mode the workflow bridge behind
+// it (with a Handler decorator that panics on the requests of kindPanicHandler), configured
+// as the cell says, until SIGTERM (drain, commit, leave) or a kill.
+func runMember(a childArgs) int {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("member", a.Name)
+	cfg := consumer.Config{
 		Brokers:         a.Brokers,
 		GroupID:         a.Group,
 		RequestsTopic:   a.Requests,
@@ -149,9 +178,53 @@ func runMember(a childArgs) int {
 		MaxInFlight:     a.MaxInFlight,
 		ShutdownTimeout: 10 * time.Second,
 		CommitInterval:  250 * time.Millisecond,
-		Sarama:          memberSarama(a.Name),
-		Logger:          log,
-	}, consumer.RunnerHandler(runner))
+		// An always rate-limited request is dead-lettered after a few short pauses, not
+		// after the default's quarter of an hour.
+		MaxPause:      time.Second,
+		MaxRateLimits: 5,
+		Sarama:        memberSarama(a.Name),
+		Logger:        log,
+	}
+	switch a.Cell {
+	case CellByKeyOTel:
+		tel, shutdown := sdkTelemetry()
+		defer shutdown()
+		cfg.Telemetry = tel
+	case CellByPartition:
+		cfg.Ordering = consumer.OrderByPartition
+	case CellTransactional:
+		cfg.Transactional = &consumer.Transactional{IDPrefix: "chaos-" + a.Prefix, InstanceID: a.Name}
+	}
+	var h consumer.Handler
+	if a.Cell.Temporal() {
+		c, err := temporalClient(a.TemporalHost)
+		if err != nil {
+			log.Error("temporal client", "err", err)
+			return exitFailed
+		}
+		defer c.Close()
+		b, err := workflow.NewBridge(c, workflow.BridgeOptions{TaskQueue: a.TaskQueue, Logger: log,
+			Config: workflow.Config{MaxTurnsPerRun: 50, IdleTimeout: time.Hour}})
+		if err != nil {
+			log.Error("bridge", "err", err)
+			return exitFailed
+		}
+		h = consumer.HandlerFunc(func(ctx context.Context, req turn.Request) (*turn.Result, error) {
+			if strings.HasSuffix(req.Text, kindPanicHandler.suffix()) {
+				panic("chaos: the member's Handler panics on request " + req.ID)
+			}
+			return b.Handle(ctx, req)
+		})
+	} else {
+		st, err := openStores(a)
+		if err != nil {
+			log.Error("stores", "err", err)
+			return exitFailed
+		}
+		defer st.db.Close()
+		h = consumer.RunnerHandler(newRunner(a, st, log))
+	}
+	c, err := consumer.New(cfg, h)
 	if err != nil {
 		log.Error("consumer", "err", err)
 		return exitFailed
@@ -163,6 +236,75 @@ func runMember(a childArgs) int {
 		return exitFailed
 	}
 	return exitOK
+}
+
+// runWorker is a Temporal worker of the conversation workflows (CellTemporal): the Runner of
+// direct mode, publishing results and dead letters with workflow.KafkaPublisher, until
+// SIGTERM or a kill.
+func runWorker(a childArgs) int {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("worker", a.Name)
+	st, err := openStores(a)
+	if err != nil {
+		log.Error("stores", "err", err)
+		return exitFailed
+	}
+	defer st.db.Close()
+	c, err := temporalClient(a.TemporalHost)
+	if err != nil {
+		log.Error("temporal client", "err", err)
+		return exitFailed
+	}
+	defer c.Close()
+	pub, err := workflow.NewKafkaPublisher(a.Brokers, memberSarama(a.Name), a.Results, a.DeadLetters)
+	if err != nil {
+		log.Error("publisher", "err", err)
+		return exitFailed
+	}
+	defer pub.Close()
+	runner := newRunner(a, st, log)
+	// Start checks the namespace with the server, which may be restarting (a fault of the
+	// run): try again for a minute, as an orchestrator's restarts would.
+	var wk tworker.Worker
+	for try := 0; ; try++ {
+		wk = tworker.New(c, a.TaskQueue, tworker.Options{MaxConcurrentActivityExecutionSize: a.MaxInFlight})
+		if err := workflow.Register(wk, workflow.WorkerOptions{Runner: runner, Publisher: pub,
+			HeartbeatTimeout: 2 * time.Second, RetryMax: 5 * time.Second, Logger: log}); err != nil {
+			log.Error("register", "err", err)
+			return exitFailed
+		}
+		err := wk.Start()
+		if err == nil {
+			break
+		}
+		if try == 60 {
+			log.Error("worker start", "err", err)
+			return exitFailed
+		}
+		log.Warn("worker start failed; trying again", "err", err)
+		time.Sleep(time.Second)
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
+	<-sig
+	wk.Stop()
+	return exitOK
+}
+
+// temporalClient is a lazy client of the dev server (it connects on first use, so that a
+// child starts while the server restarts), with turnstile's context propagator.
+func temporalClient(host string) (client.Client, error) {
+	return client.NewLazyClient(client.Options{HostPort: host, Logger: quietTemporal{},
+		ContextPropagators: []twf.ContextPropagator{workflow.NewContextPropagator()}})
+}
+
+// quietTemporal drops the Temporal SDK's logs below errors.
+type quietTemporal struct{}
+
+func (quietTemporal) Debug(string, ...any) {}
+func (quietTemporal) Info(string, ...any)  {}
+func (quietTemporal) Warn(string, ...any)  {}
+func (quietTemporal) Error(msg string, kv ...any) {
+	fmt.Fprintln(os.Stderr, append([]any{"temporal:", msg}, kv...)...)
 }
 
 // memberSarama is the members' client configuration: a group that notices a killed member

@@ -3,6 +3,21 @@
 // broker in a process of its own that keeps its data on disk, all under a seeded schedule of
 // faults, then an independent check of what came out.
 //
+// # The matrix
+//
+// A run is made in one cell of the matrix ([Config.Cell], [Cells]): [CellByKey] (direct mode,
+// ordering by key), [CellByKeyOTel] (the same with the consumer's Config.Telemetry on the
+// OpenTelemetry SDK, spans and metrics collected and dropped), [CellByPartition]
+// (consumer.OrderByPartition), [CellTransactional] (the consumer's transactional mode; the
+// checker reads read_committed) and [CellTemporal] (bridge members and Temporal workers as
+// separate processes against a dev server that keeps its state in a database file). The cell
+// reaches the child processes in their arguments. Every cell gets the same workload kinds:
+// valid requests, invalid records, records of another user's conversation ([Config.Strangers];
+// in Temporal mode with the victim's next sequence), requests whose model, session store or
+// (Temporal mode) Handler panics ([Config.Panics]), requests the model always rate-limits
+// ([Config.Limited]) and poison requests. TestChaosShort walks Cells, so a cell cannot be
+// left out of the test command.
+//
 // # The run
 //
 // [Run] starts the broker (kfake with DataDir and SyncWrites, one broker on a fixed port of
@@ -22,8 +37,10 @@
 //     (found by their application_name);
 //   - broker restarts: SIGTERM to the broker process, which closes kfake (saving its state),
 //     and a new process on the same port and data directory;
-//   - 429 bursts: SIGUSR1 to a member, whose model then answers every call with
-//     turn.RetryAfter for a while.
+//   - 429 bursts: SIGUSR1 to a member (a worker in Temporal mode), whose model then answers
+//     every call with turn.RetryAfter for a while;
+//   - in Temporal mode, kill -9 of a worker ([Config.WorkerKills]) and a restart of the dev
+//     server on its database file ([Config.ServerRestarts]).
 //
 // The fake model adds slow turns (a seeded share of requests sleeps up to a few seconds) and
 // model failures (a seeded share fails its first attempt after its side effect). Its side
@@ -47,7 +64,13 @@
 //     so the model did not see an earlier turn;
 //   - duplicate side effects: a request with more than one refund row;
 //   - valid dead letters: a valid request (not one of the poison requests) on the dead-letter
-//     topic.
+//     topic;
+//   - no outcome: a record with neither a result nor a dead letter;
+//   - duplicate results: a request id with more than one result record, a failure in the
+//     transactional cell, where the topics are read read_committed;
+//   - the other checks: an expected dead letter (invalid, stranger, panicking, always limited,
+//     poison) served or dead-lettered without a reason, a member or worker that exited by
+//     itself (a panic that killed it), a turn or result of no record produced.
 //
 // Figures.Line is the one-line summary; Figures.Failures lists the checks that failed, and
 // the command's exit code follows it. RELIABILITY.md records the figures of the short and

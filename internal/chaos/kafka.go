@@ -75,16 +75,38 @@ func endOffsets(ctx context.Context, cl *kgo.Client, topic string, partitions in
 	return ends, nil
 }
 
+// sentinelKey is the key of the records readTopic writes at the end of each partition when it
+// reads committed records only.
+const sentinelKey = "chaos-sentinel"
+
 // readTopic reads every record of topic from the start to the high-water mark it finds
-// first, with a kgo client of its own (not sarama, which the members use).
-func readTopic(ctx context.Context, brokers []string, topic string, partitions int32) ([]*kgo.Record, error) {
+// first, with a kgo client of its own (not sarama, which the members use). With committed it
+// reads as a read_committed consumer: the records of aborted transactions are never seen.
+// Then the last offsets of a partition may be transaction markers, which no fetch returns, so
+// it first appends a sentinel record (outside any transaction) to every partition and reads
+// each partition up to its sentinel, which it leaves out; a transaction a killed member left
+// open holds the sentinel back until the coordinator aborts it (the transaction timeout).
+func readTopic(ctx context.Context, brokers []string, topic string, partitions int32, committed bool) ([]*kgo.Record, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	admin, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	admin, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		return nil, err
 	}
-	ends, err := endOffsets(ctx, admin, topic, partitions)
+	var ends map[int32]int64
+	if committed {
+		ends = make(map[int32]int64, partitions)
+		for p := range partitions {
+			r, err := admin.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: p, Key: []byte(sentinelKey)}).First()
+			if err != nil {
+				admin.Close()
+				return nil, fmt.Errorf("sentinel of %s[%d]: %w", topic, p, err)
+			}
+			ends[p] = r.Offset + 1
+		}
+	} else {
+		ends, err = endOffsets(ctx, admin, topic, partitions)
+	}
 	admin.Close()
 	if err != nil {
 		return nil, err
@@ -97,9 +119,13 @@ func readTopic(ctx context.Context, brokers []string, topic string, partitions i
 			left[p] = end
 		}
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...),
+	opts := []kgo.Opt{kgo.SeedBrokers(brokers...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}),
-		kgo.FetchMaxWait(200*time.Millisecond))
+		kgo.FetchMaxWait(200 * time.Millisecond)}
+	if committed {
+		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +138,9 @@ func readTopic(ctx context.Context, brokers []string, topic string, partitions i
 		}
 		fs.EachRecord(func(r *kgo.Record) {
 			if end, ok := left[r.Partition]; ok && r.Offset < end {
-				out = append(out, r)
+				if !committed || r.Offset+1 < end {
+					out = append(out, r) // not the sentinel
+				}
 				if r.Offset+1 >= end {
 					delete(left, r.Partition)
 				}

@@ -50,13 +50,9 @@ func (f modelFaults) fateOf(requestID string) fate {
 // poisonSuffix ends the text of a request whose model call kills its member.
 const poisonSuffix = " poison"
 
-// userText is the message of the n-th (1-based) request of a conversation.
-func userText(conv string, n int, poison bool) string {
-	s := fmt.Sprintf("%s #%d", conv, n)
-	if poison {
-		s += poisonSuffix
-	}
-	return s
+// userText is the message of the n-th (1-based) request of a conversation, of kind k.
+func userText(conv string, n int, k kind) string {
+	return fmt.Sprintf("%s #%d", conv, n) + k.suffix()
 }
 
 // replyText is the model's answer to text when the last user message of the history it was
@@ -100,8 +96,13 @@ func (m *model) Respond(ctx context.Context, in turn.Input) (turn.Output, error)
 	if time.Now().UnixNano() < m.burstUntil.Load() {
 		return turn.Output{}, turn.RetryAfter(250*time.Millisecond, errors.New("HTTP 429 Too Many Requests (chaos burst)"))
 	}
-	if strings.HasSuffix(in.Request.Text, poisonSuffix) {
+	switch {
+	case strings.HasSuffix(in.Request.Text, poisonSuffix):
 		os.Exit(exitPoison) // the crash loop of G5: every attempt takes its member down
+	case strings.HasSuffix(in.Request.Text, kindPanicModel.suffix()):
+		panic("chaos: the model panics on request " + in.Request.ID)
+	case strings.HasSuffix(in.Request.Text, kindLimited.suffix()):
+		return turn.Output{}, turn.RetryAfter(100*time.Millisecond, errors.New("HTTP 429 Too Many Requests (always, for this request)"))
 	}
 	f := m.faults.fateOf(in.Request.ID)
 	if f.slow > 0 {
@@ -132,4 +133,28 @@ func lastUser(events []session.Event) string {
 		}
 	}
 	return ""
+}
+
+// panickyStore is the members' session store: Append panics for the turn of a request of
+// kindPanicStore, every time; every other call goes to the store.
+type panickyStore struct {
+	session.Store
+}
+
+// Append implements session.Store.
+func (s panickyStore) Append(ctx context.Context, key session.Key, expectedVersion int64, t session.Turn) (session.Appended, error) {
+	for _, e := range t.Events {
+		if strings.HasSuffix(e.Text, kindPanicStore.suffix()) {
+			panic("chaos: the session store panics on request " + t.RequestID)
+		}
+	}
+	return s.Store.Append(ctx, key, expectedVersion, t)
+}
+
+// CheckConcurrency passes the store's own answer on, when it has one.
+func (s panickyStore) CheckConcurrency(n int) error {
+	if c, ok := s.Store.(interface{ CheckConcurrency(n int) error }); ok {
+		return c.CheckConcurrency(n)
+	}
+	return nil
 }

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/testsuite"
 
 	"github.com/turnstile-go/turnstile/inbox/sqlinbox"
 	"github.com/turnstile-go/turnstile/session/sqlsession"
@@ -77,28 +79,54 @@ func Run(ctx context.Context, cfg Config) (*Figures, error) {
 	}
 	logf("broker at %s; %d records to produce at %d/s", brk.addr, len(w.order), cfg.Rate)
 
+	var srv *temporalServer
+	if cfg.Cell.Temporal() {
+		srv = &temporalServer{cfg: &cfg, db: filepath.Join(cfg.Dir, "temporal.db")}
+		if srv.port, err = freePort(); err != nil {
+			return nil, err
+		}
+		if err := srv.start(ctx); err != nil {
+			return nil, err
+		}
+		defer srv.stop()
+		logf("Temporal dev server at %s, state in %s", srv.host(), srv.db)
+	}
+
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	appName := strings.TrimSuffix(prefix, "_")
-	slots := make([]*slot, cfg.Members)
+	base := childArgs{Cell: cfg.Cell, Brokers: brokers, DSN: cfg.DSN, AppName: appName,
+		Prefix: prefix, Group: "chaos", Requests: topicRequests, Results: topicResults, DeadLetters: topicDeadLetters,
+		MaxInFlight: cfg.MaxInFlight, Faults: modelFaults{Seed: cfg.Seed, SlowShare: cfg.SlowShare, FailShare: cfg.FailShare,
+			SlowMax: cfg.SlowMax, BurstLength: cfg.BurstLength}}
+	if srv != nil {
+		base.TemporalHost, base.TaskQueue = srv.host(), "chaos-"+appName
+	}
 	var supervisors sync.WaitGroup
-	for i := range slots {
-		s := &slot{cfg: &cfg, rng: mrand.New(mrand.NewPCG(cfg.Seed, uint64(i))),
-			stopCh: make(chan struct{}), exited: make(chan struct{}),
-			args: childArgs{Role: "member", Name: fmt.Sprintf("m%d", i+1), Brokers: brokers, DSN: cfg.DSN, AppName: appName,
-				Prefix: prefix, Group: "chaos", Requests: topicRequests, Results: topicResults, DeadLetters: topicDeadLetters,
-				MaxInFlight: cfg.MaxInFlight, Faults: modelFaults{Seed: cfg.Seed, SlowShare: cfg.SlowShare, FailShare: cfg.FailShare,
-					SlowMax: cfg.SlowMax, BurstLength: cfg.BurstLength}}}
-		slots[i] = s
-		supervisors.Go(func() {
-			if err := s.run(runCtx, logf); err != nil {
-				logf("member %s: %v", s.args.Name, err)
-			}
-		})
+	newSlots := func(role, name string, n int, seedBase uint64) []*slot {
+		out := make([]*slot, n)
+		for i := range out {
+			a := base
+			a.Role, a.Name = role, fmt.Sprintf("%s%d", name, i+1)
+			s := &slot{cfg: &cfg, rng: mrand.New(mrand.NewPCG(cfg.Seed, seedBase+uint64(i))),
+				stopCh: make(chan struct{}), exited: make(chan struct{}), args: a}
+			out[i] = s
+			supervisors.Go(func() {
+				if err := s.run(runCtx, logf); err != nil {
+					logf("%s %s: %v", role, s.args.Name, err)
+				}
+			})
+		}
+		return out
+	}
+	slots := newSlots("member", "m", cfg.Members, 0)
+	var workers []*slot
+	if srv != nil {
+		workers = newSlots("worker", "w", cfg.Workers, 100)
 	}
 	stopMembers := func() {
 		var wg sync.WaitGroup
-		for _, s := range slots {
+		for _, s := range append(append([]*slot(nil), slots...), workers...) {
 			wg.Go(func() { s.stop(30 * time.Second) })
 		}
 		wg.Wait()
@@ -106,11 +134,13 @@ func Run(ctx context.Context, cfg Config) (*Figures, error) {
 	}
 	defer stopMembers()
 
-	watch := newWatcher(brokers, w)
+	watch := newWatcher(brokers, w, cfg.Cell.Transactional())
 	go watch.run(runCtx)
 
-	f := &Figures{Requests: w.count(kindValid) + w.count(kindPoison), Conversations: cfg.Conversations,
-		Invalid: w.count(kindInvalid), Poison: w.count(kindPoison), Members: cfg.Members, Seed: cfg.Seed}
+	f := &Figures{Cell: cfg.Cell, Requests: w.count(kindValid) + w.count(kindPoison), Conversations: cfg.Conversations,
+		Invalid: w.count(kindInvalid), Poison: w.count(kindPoison), Strangers: w.count(kindStranger),
+		Panics: w.count(kindPanicModel) + w.count(kindPanicStore) + w.count(kindPanicHandler), Limited: w.count(kindLimited),
+		Members: cfg.Members, Workers: len(workers), Seed: cfg.Seed}
 	span := time.Duration(float64(len(w.order)) / float64(cfg.Rate) * float64(time.Second))
 	schedule := newSchedule(rng, cfg, span)
 
@@ -128,7 +158,7 @@ func Run(ctx context.Context, cfg Config) (*Figures, error) {
 		if err := sleepUntil(runCtx, start.Add(flt.at), tick.C, progress); err != nil {
 			return nil, err
 		}
-		if err := apply(runCtx, flt, slots, brk, db, appName, f, logf); err != nil {
+		if err := apply(runCtx, flt, slots, workers, brk, srv, db, appName, f, logf); err != nil {
 			return nil, err
 		}
 	}
@@ -150,7 +180,7 @@ func Run(ctx context.Context, cfg Config) (*Figures, error) {
 	progress()
 	stopMembers()
 	cancel()
-	for _, s := range slots {
+	for _, s := range append(append([]*slot(nil), slots...), workers...) {
 		s.mu.Lock()
 		f.Crashes += s.poisonExits
 		f.MemberFails += s.errorExits
@@ -165,8 +195,18 @@ func Run(ctx context.Context, cfg Config) (*Figures, error) {
 }
 
 // apply does one fault of the schedule.
-func apply(ctx context.Context, flt fault, slots []*slot, brk *broker, db *sql.DB, appName string, f *Figures, logf func(string, ...any)) error {
+func apply(ctx context.Context, flt fault, slots, workers []*slot, brk *broker, srv *temporalServer, db *sql.DB, appName string, f *Figures, logf func(string, ...any)) error {
 	switch flt.kind {
+	case faultServer:
+		if srv == nil {
+			return nil
+		}
+		logf("%s", flt.kind)
+		if err := srv.restart(ctx); err != nil {
+			return fmt.Errorf("Temporal server restart: %w", err)
+		}
+		f.ServerRestarts++
+		return nil
 	case faultBroker:
 		logf("%s", flt.kind)
 		if err := brk.restart(ctx); err != nil {
@@ -190,21 +230,32 @@ func apply(ctx context.Context, flt fault, slots []*slot, brk *broker, db *sql.D
 		return nil
 	}
 	sig, why, minUp := syscall.SIGKILL, intentKill, 2*time.Second
+	who := "member m"
 	switch flt.kind {
+	case faultWorkerKill:
+		slots, who = workers, "worker w"
 	case faultTerm:
 		sig, why = syscall.SIGTERM, intentTerm
 	case faultBurst:
 		sig, why, minUp = syscall.SIGUSR1, intentNone, 0
+		if len(workers) > 0 { // Temporal mode: the model runs in the workers
+			slots, who = workers, "worker w"
+		}
+	}
+	if len(slots) == 0 {
+		return nil
 	}
 	// The slot drawn, or the next one that is up; members restart within seconds.
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
 		for k := range slots {
 			i := (flt.slot + k) % len(slots)
 			if slots[i].signal(sig, why, minUp) {
-				logf("%s of member m%d", flt.kind, i+1)
+				logf("%s of %s%d", flt.kind, who, i+1)
 				switch flt.kind {
 				case faultKill:
 					f.Kills++
+				case faultWorkerKill:
+					f.WorkerKills++
 				case faultTerm:
 					f.Terms++
 				case faultBurst:
@@ -320,20 +371,26 @@ func freePort() (int, error) {
 // when every record has its outcome. The checker reads the topics again on its own.
 type watcher struct {
 	brokers []string
-	mu      sync.Mutex
-	o       *outcomes
-	n       atomic.Int64
+	// committed reads read_committed (the transactional cell).
+	committed bool
+	mu        sync.Mutex
+	o         *outcomes
+	n         atomic.Int64
 }
 
-func newWatcher(brokers []string, w *workload) *watcher {
-	return &watcher{brokers: brokers, o: newOutcomes(w)}
+func newWatcher(brokers []string, w *workload, committed bool) *watcher {
+	return &watcher{brokers: brokers, o: newOutcomes(w), committed: committed}
 }
 
 func (wt *watcher) settled() int { return int(wt.n.Load()) }
 
 func (wt *watcher) run(ctx context.Context) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(wt.brokers...), kgo.ConsumeTopics(topicResults, topicDeadLetters),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200*time.Millisecond))
+	opts := []kgo.Opt{kgo.SeedBrokers(wt.brokers...), kgo.ConsumeTopics(topicResults, topicDeadLetters),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200 * time.Millisecond)}
+	if wt.committed {
+		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return
 	}
@@ -354,4 +411,68 @@ func (wt *watcher) run(ctx context.Context) {
 		wt.n.Store(int64(wt.o.settled()))
 		wt.mu.Unlock()
 	}
+}
+
+// temporalServer is the dev server of CellTemporal: a process of the temporal CLI on a fixed
+// port of 127.0.0.1 that keeps its state in a database file, so that a restart continues
+// every workflow where it was.
+type temporalServer struct {
+	cfg  *Config
+	db   string
+	port int
+
+	mu  sync.Mutex
+	cur *testsuite.DevServer
+	log *os.File
+}
+
+func (s *temporalServer) host() string { return fmt.Sprintf("127.0.0.1:%d", s.port) }
+
+// start starts the server on its port and database file and waits until it serves.
+func (s *temporalServer) start(ctx context.Context) error {
+	logf, err := os.OpenFile(filepath.Join(s.cfg.Dir, "temporal.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	srv, err := testsuite.StartDevServer(sctx, testsuite.DevServerOptions{
+		ExistingPath:  s.cfg.TemporalCLI,
+		ClientOptions: &client.Options{HostPort: s.host(), Namespace: "default", Logger: quietTemporal{}},
+		DBFilename:    s.db,
+		LogLevel:      "error",
+		// WAL and synchronous=NORMAL: durable across the process restarts of the run, and
+		// many times faster than the default rollback journal on a loaded disk.
+		ExtraArgs: []string{"--dynamic-config-value", `history.timerProcessorMaxTimeShift="50ms"`,
+			"--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal"},
+		Stdout: logf,
+		Stderr: logf,
+	})
+	if err != nil {
+		logf.Close()
+		return fmt.Errorf("Temporal dev server (%s): %w", s.cfg.TemporalCLI, err)
+	}
+	s.mu.Lock()
+	s.cur, s.log = srv, logf
+	s.mu.Unlock()
+	return nil
+}
+
+// stop stops the server, if it runs.
+func (s *temporalServer) stop() {
+	s.mu.Lock()
+	srv, logf := s.cur, s.log
+	s.cur, s.log = nil, nil
+	s.mu.Unlock()
+	if srv == nil {
+		return
+	}
+	_ = srv.Stop()
+	logf.Close()
+}
+
+// restart stops the server and starts it again on its database file.
+func (s *temporalServer) restart(ctx context.Context) error {
+	s.stop()
+	return s.start(ctx)
 }

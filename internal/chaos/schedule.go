@@ -10,15 +10,18 @@ import (
 type faultKind int
 
 const (
-	faultKill   faultKind = iota // kill -9 of a member
-	faultTerm                    // SIGTERM of a member
-	faultDBKill                  // pg_terminate_backend on the members' connections
-	faultBroker                  // broker restart with its data
-	faultBurst                   // 429 burst in a member's model
+	faultKill       faultKind = iota // kill -9 of a member
+	faultTerm                        // SIGTERM of a member
+	faultDBKill                      // pg_terminate_backend on the members' connections
+	faultBroker                      // broker restart with its data
+	faultBurst                       // 429 burst in a member's model
+	faultWorkerKill                  // kill -9 of a Temporal worker
+	faultServer                      // Temporal dev server restart on its database file
 )
 
 func (k faultKind) String() string {
-	return [...]string{"kill -9", "SIGTERM", "database connection kill", "broker restart", "429 burst"}[k]
+	return [...]string{"kill -9", "SIGTERM", "database connection kill", "broker restart", "429 burst",
+		"kill -9 of a worker", "Temporal server restart"}[k]
 }
 
 // fault is one entry of the schedule: what, when (from the start of production) and, for the
@@ -36,7 +39,7 @@ func (f fault) String() string { return fmt.Sprintf("%s at %s (member %d)", f.ki
 func newSchedule(rng *rand.Rand, cfg Config, span time.Duration) []fault {
 	var kinds []faultKind
 	for k, n := range map[faultKind]int{faultKill: cfg.Kills, faultTerm: cfg.Terms, faultDBKill: cfg.DBKills,
-		faultBroker: cfg.BrokerRestarts, faultBurst: cfg.Bursts} {
+		faultBroker: cfg.BrokerRestarts, faultBurst: cfg.Bursts, faultWorkerKill: cfg.WorkerKills, faultServer: cfg.ServerRestarts} {
 		for range n {
 			kinds = append(kinds, k)
 		}
@@ -52,7 +55,7 @@ func newSchedule(rng *rand.Rand, cfg Config, span time.Duration) []fault {
 	n := float64(len(kinds))
 	for i, k := range kinds {
 		frac := 0.05 + 0.9*(float64(i)+rng.Float64())/n
-		out[i] = fault{at: time.Duration(frac * float64(span)), kind: k, slot: rng.IntN(cfg.Members)}
+		out[i] = fault{at: time.Duration(frac * float64(span)), kind: k, slot: rng.IntN(max(cfg.Members, cfg.Workers))}
 	}
 	return out
 }

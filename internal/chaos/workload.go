@@ -19,17 +19,69 @@ import (
 type kind int
 
 const (
-	kindValid   kind = iota // a result, once, in its conversation's order
-	kindPoison              // a valid request whose model call kills its member: dead-lettered
-	kindInvalid             // not a request (broken JSON): dead-lettered
+	kindValid        kind = iota // a result, once, in its conversation's order
+	kindPoison                   // a valid request whose model call kills its member: dead-lettered
+	kindInvalid                  // not a request (broken JSON): dead-lettered
+	kindStranger                 // another user's record in a conversation: dead-lettered, never served (G7)
+	kindPanicModel               // the model panics on every attempt: dead-lettered
+	kindPanicStore               // the session store's Append panics on every attempt: dead-lettered
+	kindPanicHandler             // the member's Handler panics on every attempt (Temporal mode): dead-lettered
+	kindLimited                  // the model always answers turn.RetryAfter: dead-lettered
 )
+
+// kinds lists every kind, so that tests walk them all.
+var kinds = []kind{kindValid, kindPoison, kindInvalid, kindStranger, kindPanicModel, kindPanicStore, kindPanicHandler, kindLimited}
+
+// String names the kind as the figures and failures do.
+func (k kind) String() string {
+	switch k {
+	case kindValid:
+		return "valid"
+	case kindPoison:
+		return "poison"
+	case kindInvalid:
+		return "invalid"
+	case kindStranger:
+		return "stranger"
+	case kindPanicModel:
+		return "panicking model"
+	case kindPanicStore:
+		return "panicking store"
+	case kindPanicHandler:
+		return "panicking handler"
+	case kindLimited:
+		return "always rate-limited"
+	}
+	return fmt.Sprintf("kind(%d)", int(k))
+}
+
+// suffix ends the text of a request of kind k, which is how the model, the store and the
+// member's Handler recognise it; "" for the kinds that need none.
+func (k kind) suffix() string {
+	switch k {
+	case kindPoison:
+		return poisonSuffix
+	case kindPanicModel:
+		return " panic-model"
+	case kindPanicStore:
+		return " panic-store"
+	case kindPanicHandler:
+		return " panic-handler"
+	case kindLimited:
+		return " always-limited"
+	}
+	return ""
+}
+
+// deadLettered reports whether a record of kind k must end on the dead-letter topic.
+func (k kind) deadLettered() bool { return k != kindValid }
 
 // item is one record the producer sends.
 type item struct {
 	kind  kind
 	id    string // request id; for an invalid record, the id its broken JSON starts with
 	conv  string
-	n     int // 1-based position in the conversation (valid and poison requests)
+	n     int // 1-based position in the conversation (requests); a stranger's is the victim's next
 	value []byte
 }
 
@@ -40,9 +92,12 @@ type workload struct {
 }
 
 // newWorkload spreads cfg.Requests valid requests evenly over cfg.Conversations, adds
-// cfg.Poison poison requests (one per conversation, at a drawn position) and cfg.Invalid
-// broken records, and interleaves them the way many users writing at once would. Everything,
-// request ids included, is drawn from rng, so one seed gives one workload.
+// cfg.Poison poison requests, cfg.Panics requests of each panicking kind and cfg.Limited
+// always rate-limited ones (one per conversation, at a drawn position, never first),
+// cfg.Strangers records of another user (one per conversation, after its first request) and
+// cfg.Invalid broken records, and interleaves them the way many users writing at once would.
+// In Temporal mode (cfg.Cell) every request carries its position as its Sequence.
+// Everything, request ids included, is drawn from rng, so one seed gives one workload.
 func newWorkload(rng *rand.Rand, cfg Config) (*workload, error) {
 	w := &workload{byID: make(map[string]item)}
 	newID := func() string {
@@ -53,6 +108,42 @@ func newWorkload(rng *rand.Rand, cfg Config) (*workload, error) {
 		b[8] = b[8]&0x3f | 0x80 // RFC 9562 variant
 		return uuid.UUID(b).String()
 	}
+	sequenced := cfg.Cell.Temporal()
+	// The conversations that get a request of their own kind, in turn.
+	var special []kind
+	for k, n := range map[kind]int{kindPoison: cfg.Poison, kindPanicModel: cfg.Panics, kindPanicStore: cfg.Panics,
+		kindLimited: cfg.Limited, kindStranger: cfg.Strangers} {
+		for range n {
+			special = append(special, k)
+		}
+	}
+	if sequenced {
+		for range cfg.Panics {
+			special = append(special, kindPanicHandler)
+		}
+	}
+	// Map order is random: sort before use, so that one seed gives one workload.
+	for i := 1; i < len(special); i++ {
+		for j := i; j > 0 && special[j] < special[j-1]; j-- {
+			special[j], special[j-1] = special[j-1], special[j]
+		}
+	}
+	encode := func(it *item, user string) error {
+		req := turn.Request{Schema: turn.SchemaVersion, ID: it.id, ConversationID: it.conv, UserID: user,
+			Text: userText(it.conv, it.n, it.kind)}
+		if it.kind == kindStranger {
+			req.Text = "from another user into " + it.conv
+		}
+		if sequenced {
+			req.Sequence = int64(it.n)
+		}
+		v, err := req.Encode()
+		if err != nil {
+			return fmt.Errorf("encode request %s: %w", it.id, err)
+		}
+		it.value = v
+		return nil
+	}
 	queues := make([][]item, cfg.Conversations)
 	for c := range cfg.Conversations {
 		conv := fmt.Sprintf("conv-%03d", c+1)
@@ -61,24 +152,36 @@ func newWorkload(rng *rand.Rand, cfg Config) (*workload, error) {
 		if c < cfg.Requests%cfg.Conversations {
 			count++
 		}
-		poisonAt := -1
-		if c < cfg.Poison {
+		specialAt, sk := -1, kindValid
+		if c < len(special) && special[c] != kindStranger {
+			sk = special[c]
 			count++
-			poisonAt = rng.IntN(count-1) + 1 // never first, so a context is there to miss
+			specialAt = rng.IntN(count-1) + 1 // never first, so a context is there to miss
 		}
 		for i := range count {
 			it := item{kind: kindValid, id: newID(), conv: conv, n: i + 1}
-			if i == poisonAt {
-				it.kind = kindPoison
+			if i == specialAt {
+				it.kind = sk
 			}
-			req := turn.Request{Schema: turn.SchemaVersion, ID: it.id, ConversationID: conv, UserID: user,
-				Text: userText(conv, it.n, it.kind == kindPoison)}
-			v, err := req.Encode()
-			if err != nil {
-				return nil, fmt.Errorf("encode request %s: %w", it.id, err)
+			if err := encode(&it, user); err != nil {
+				return nil, err
 			}
-			it.value = v
 			queues[c] = append(queues[c], it)
+		}
+		if c < len(special) && special[c] == kindStranger {
+			// After the victim's first request, so that the session is the victim's when the
+			// stranger comes; with the victim's next sequence, so that a workflow that let
+			// the stranger take it would drop the victim's request.
+			q := queues[c]
+			at := 1 + rng.IntN(len(q))
+			it := item{kind: kindStranger, id: newID(), conv: conv, n: len(q) + 1}
+			if at < len(q) {
+				it.n = q[at].n
+			}
+			if err := encode(&it, fmt.Sprintf("intruder-%03d", c+1)); err != nil {
+				return nil, err
+			}
+			queues[c] = append(q[:at], append([]item{it}, q[at:]...)...)
 		}
 	}
 	for range cfg.Invalid {

@@ -6,6 +6,7 @@
 //	go run ./internal/chaos/cmd/chaos                # the short form (what TestChaosShort runs)
 //	go run ./internal/chaos/cmd/chaos -long          # 20,000 requests, 40 kill -9s, 3 broker restarts
 //	go run ./internal/chaos/cmd/chaos -seed 7        # replay a schedule
+//	go run ./internal/chaos/cmd/chaos -cell temporal # another cell of the matrix (-cell list: them all)
 //
 // The last line of its output is the figures line; the exit code is 0 when every check
 // passed, 1 when one failed and 2 when the run could not be made. PostgreSQL is found at
@@ -22,6 +23,7 @@ import (
 	"time"
 
 	"github.com/turnstile-go/turnstile/internal/chaos"
+	"github.com/turnstile-go/turnstile/internal/temporaldev"
 )
 
 func main() {
@@ -32,15 +34,34 @@ func main() {
 func run() int {
 	long := flag.Bool("long", false, "the long form: 20,000 requests over 500 conversations, 40 kill -9s, 3 broker restarts")
 	seed := flag.Uint64("seed", 0, "the schedule's seed (0: drawn from the clock and printed)")
+	cellName := flag.String("cell", string(chaos.CellByKey), "the cell of the matrix to run in; \"list\" prints the cells")
 	requests := flag.Int("requests", 0, "valid requests (0: the form's)")
 	kills := flag.Int("kills", -1, "kill -9s (-1: the form's)")
 	dir := flag.String("dir", "", "directory for the broker's data and the processes' logs (default: a new temporary one, removed after a run that passed)")
 	keep := flag.Bool("keep", false, "keep the run's tables in the database")
 	flag.Parse()
 
+	if *cellName == "list" {
+		for _, c := range chaos.Cells() {
+			fmt.Println(c)
+		}
+		return 0
+	}
+	cell, err := chaos.ParseCell(*cellName)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos:", err)
+		return 2
+	}
 	cfg := chaos.Short()
 	if *long {
 		cfg = chaos.Long()
+	}
+	cfg = cfg.ForCell(cell)
+	if cell.Temporal() {
+		if cfg.TemporalCLI, err = temporaldev.CLIPath(); err != nil {
+			fmt.Fprintln(os.Stderr, "chaos:", err)
+			return 2
+		}
 	}
 	if *requests > 0 {
 		cfg.Requests = *requests
