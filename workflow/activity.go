@@ -16,6 +16,7 @@ import (
 
 	"github.com/turnstile-go/turnstile/inbox"
 	"github.com/turnstile-go/turnstile/session"
+	"github.com/turnstile-go/turnstile/consumer"
 	"github.com/turnstile-go/turnstile/turn"
 	"github.com/turnstile-go/turnstile/turn/turnotel"
 )
@@ -57,6 +58,16 @@ type WorkerOptions struct {
 	// attempts, and an outage (turn.KindUnavailable) spends none. Defaults DefaultRetryInitial
 	// and DefaultRetryMax.
 	RetryInitial, RetryMax time.Duration
+	// MaxRateLimits bounds the attempts of a request's activity that end rate limited
+	// (turn.KindRateLimited, retried after the model's delay with no inbox attempt spent):
+	// when the activity's attempt number (activity.Info.Attempt, which counts every retry of
+	// the activity) reaches it on a rate limit, the request is dead-lettered with the reason
+	// "rate limited on attempt N of the activity (WorkerOptions.MaxRateLimits)", so that a
+	// request a per-tenant limit always refuses cannot hold its conversation forever (G5). A
+	// limit of the whole provider that outlasts it dead-letters the requests it holds, as
+	// consumer.Config.MaxRateLimits did before direct mode told the two apart. Default
+	// consumer.DefaultMaxRateLimits.
+	MaxRateLimits int
 	// States keeps the State of a conversation whose run ended idle for its next run (the
 	// sequence mark, the dedup window); SQLLedger is one. Without it idle runs do not end.
 	// Give every worker of the task queue the same setting.
@@ -93,6 +104,9 @@ func Register(w tworker.Registry, opts WorkerOptions) error {
 	}
 	if opts.RetryInitial <= 0 {
 		opts.RetryInitial = DefaultRetryInitial
+	}
+	if opts.MaxRateLimits <= 0 {
+		opts.MaxRateLimits = consumer.DefaultMaxRateLimits
 	}
 	if opts.RetryMax <= 0 {
 		opts.RetryMax = DefaultRetryMax
@@ -219,6 +233,11 @@ func (a *worker) applyTurn(ctx context.Context, env Envelope, in TurnInput) (Out
 		out.Foreign = foreign && out.DeadLettered
 		return out, err
 	case turn.KindRateLimited:
+		if n := a.attempt(ctx); n >= a.opts.MaxRateLimits {
+			return a.deadLetter(ctx, env, DeadLetter{
+				Reason: fmt.Sprintf("rate limited on attempt %d of the activity (WorkerOptions.MaxRateLimits); last error: %v", n, err),
+				Err:    err}, kind)
+		}
 		d, _ := turn.RetryDelay(err)
 		return Outcome{}, temporal.NewApplicationErrorWithOptions(err.Error(), errorType(kind),
 			temporal.ApplicationErrorOptions{NextRetryDelay: d})
@@ -235,6 +254,15 @@ func (a *worker) applyTurn(ctx context.Context, env Envelope, in TurnInput) (Out
 			"attempt", attempt, "kind", kind.String(), "err", err)
 		return Outcome{}, temporal.NewApplicationError(err.Error(), errorType(kind))
 	}
+}
+
+// attempt returns the activity's attempt number (1 for the first), or 1 outside an activity
+// (a test calling the activity's function directly).
+func (a *worker) attempt(ctx context.Context) int {
+	if !activity.IsActivity(ctx) {
+		return 1
+	}
+	return int(activity.GetInfo(ctx).Attempt)
 }
 
 // errorType returns the type of the activity's ApplicationError for a failure of kind k, which

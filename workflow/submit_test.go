@@ -2,6 +2,7 @@ package workflow
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -181,4 +182,35 @@ func TestDevServerAnswerTooLargeIsNotAppended(t *testing.T) {
 	}
 	require.Len(t, sess.Events, 2, "the next turn: its message and its answer")
 	requireEveryRequestAnswered(t, s.answered(), novel, next)
+}
+
+// A request the model always rate-limits (a per-tenant limit) is dead-lettered once its
+// activity has been rate limited WorkerOptions.MaxRateLimits times, and its conversation goes
+// on: the activity's retries used to be unlimited, which held the conversation forever.
+func TestDevServerAlwaysRateLimitedIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, 1)
+	s.startWorker(func(o *WorkerOptions) {
+		o.MaxRateLimits = 3
+		o.Runner = s.runner(turn.ModelFunc(func(ctx context.Context, in turn.Input) (turn.Output, error) {
+			if in.Request.Text == "over my tenant's limit" {
+				return turn.Output{}, turn.RetryAfter(20*time.Millisecond, errors.New("HTTP 429: tenant limit"))
+			}
+			return s.model.Respond(ctx, in)
+		}))
+	})
+	b := s.bridge(BridgeOptions{})
+	conv := s.cluster.Unique("limited")
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	limited, next := request(conv, 1, "over my tenant's limit"), request(conv, 2, "and this one?")
+	_, err := b.Submit(ctx, limited)
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, err, &appErr)
+	require.Equal(t, ErrDeadLettered, appErr.Type())
+	require.ErrorContains(t, err, "rate limited on attempt 3 of the activity (WorkerOptions.MaxRateLimits)")
+	require.ErrorContains(t, err, "HTTP 429: tenant limit")
+	_, err = b.Submit(ctx, next)
+	require.NoError(t, err)
+	requireEveryRequestAnswered(t, s.answered(), limited, next)
 }

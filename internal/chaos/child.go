@@ -268,7 +268,7 @@ func runWorker(a childArgs) int {
 	for try := 0; ; try++ {
 		wk = tworker.New(c, a.TaskQueue, tworker.Options{MaxConcurrentActivityExecutionSize: a.MaxInFlight})
 		if err := workflow.Register(wk, workflow.WorkerOptions{Runner: runner, Publisher: pub,
-			HeartbeatTimeout: 2 * time.Second, RetryMax: 5 * time.Second, Logger: log}); err != nil {
+			HeartbeatTimeout: 2 * time.Second, RetryMax: 5 * time.Second, MaxRateLimits: 5, Logger: log}); err != nil {
 			log.Error("register", "err", err)
 			return exitFailed
 		}
