@@ -14,9 +14,9 @@ import (
 	tworker "go.temporal.io/sdk/worker"
 	twf "go.temporal.io/sdk/workflow"
 
+	"github.com/turnstile-go/turnstile/consumer"
 	"github.com/turnstile-go/turnstile/inbox"
 	"github.com/turnstile-go/turnstile/session"
-	"github.com/turnstile-go/turnstile/consumer"
 	"github.com/turnstile-go/turnstile/turn"
 	"github.com/turnstile-go/turnstile/turn/turnotel"
 )
