@@ -57,6 +57,9 @@ type conversation struct {
 //     Runner's inbox instead), or a request of another user, which the Runner refuses
 //     (session.ErrOwnerMismatch, G7) and which changes nothing of the conversation: not
 //     the mark, the pending requests, the dedup window or the counters.
+//   - a request the consumer dead-lettered itself (Envelope.DeadLettered, from
+//     Bridge.DeadLettered) is passed over when its sequence comes up: the mark moves past it,
+//     with no activity and no second dead letter.
 //
 // It continues as new after Config.MaxTurnsPerRun turns, Config.MaxSignalsPerRun signals,
 // Config.MaxHistoryEvents history events or when the server suggests it, once every update
