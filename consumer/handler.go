@@ -37,7 +37,9 @@ import (
 // value and a trimmed stack), retried and dead-lettered after Config.MaxAttempts as a
 // turn.KindAttempt error is, and the member's other turns go on. Every Handler call's context
 // carries the turn.ResultLimit of the results producer (Producer.MaxMessageBytes less room for
-// the record's key and headers), which the Runner checks before it appends a turn.
+// the record's key and headers), which the Runner checks before it appends a turn. A Handler
+// that also implements DeadLetterNotifier is told of each decoded request the consumer
+// dead-letters, before the dead letter is published.
 type Handler interface {
 	Handle(ctx context.Context, req turn.Request) (*turn.Result, error)
 }

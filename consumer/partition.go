@@ -255,6 +255,9 @@ func (p *partition) serve(r *record) {
 	defer func() { <-p.c.sem }()
 	ob, ok := p.process(r)
 	ob = p.unpublished(ob) // a replay's empty topics
+	if ok && !p.notified(ob) {
+		ok = false // the partition closed before the Handler took the dead-letter notice
+	}
 	if !ok {
 		p.endAbandoned()
 		return

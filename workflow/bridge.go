@@ -106,6 +106,32 @@ func (b *Bridge) Handle(ctx context.Context, req turn.Request) (*turn.Result, er
 	return nil, b.send(ctx, req.ConversationID, []Envelope{b.envelope(ctx, req)})
 }
 
+// DeadLettered implements consumer.DeadLetterNotifier: the consumer dead-lettered req itself
+// (its hand-off failed Config.MaxAttempts times, panicked, was refused as permanent, ...), so
+// its conversation's workflow would wait for its Sequence forever. DeadLettered signals the
+// workflow (SignalWithStart, as Handle) with req marked Envelope.DeadLettered with reason, and
+// without its text and metadata, so that the signal stays small even when req was refused for
+// its size; the workflow passes over the request when its Sequence comes up, without running
+// it or publishing a second dead letter. The envelope is recorded in the Ledger as Handle's
+// are (a ledger that keeps the first envelope of a sequence keeps an earlier hand-off's).
+// Errors are Handle's; the consumer retries them before it publishes the dead letter.
+func (b *Bridge) DeadLettered(ctx context.Context, req turn.Request, reason string) error {
+	if reason == "" {
+		reason = "dead-lettered by the consumer"
+	}
+	if len(reason) > maxReasonBytes {
+		reason = strings.ToValidUTF8(reason[:maxReasonBytes], "") + "…"
+	}
+	env := b.envelope(ctx, req)
+	env.Request.Text, env.Request.Metadata = "", nil
+	env.Headers = injectTrace(ctx, b.opts.Telemetry.TextMapPropagator(), nil) // no producer's headers: no turn runs
+	env.DeadLettered = reason
+	return b.send(ctx, req.ConversationID, []Envelope{env})
+}
+
+// maxReasonBytes bounds the reason a dead-letter notice carries into the workflow's history.
+const maxReasonBytes = 4 << 10
+
 // HandOff hands several requests over with one signal per conversation (a batch), in the order
 // given within each conversation. It returns the first error; conversations handed off before
 // it stay handed off, and handing them off again is harmless (the workflow drops duplicates).

@@ -57,6 +57,9 @@ type conversation struct {
 //     Runner's inbox instead), or a request of another user, which the Runner refuses
 //     (session.ErrOwnerMismatch, G7) and which changes nothing of the conversation: not
 //     the mark, the pending requests, the dedup window or the counters.
+//   - a request the consumer dead-lettered itself (Envelope.DeadLettered, from
+//     Bridge.DeadLettered) is passed over when its sequence comes up: the mark moves past it,
+//     with no activity and no second dead letter.
 //
 // It continues as new after Config.MaxTurnsPerRun turns, Config.MaxSignalsPerRun signals,
 // Config.MaxHistoryEvents history events or when the server suggests it, once every update
@@ -131,6 +134,9 @@ func (c *conversation) drain(ctx twf.Context, signals twf.ReceiveChannel) {
 // not, whether the request had already been applied.
 func (c *conversation) accept(ctx twf.Context, env Envelope) bool {
 	if reason := c.duplicate(env); reason != "" {
+		if env.DeadLettered != "" {
+			c.markDeadLettered(env)
+		}
 		twf.GetLogger(ctx).Info("duplicate request dropped", "request_id", env.Request.ID,
 			"conversation_id", c.ConversationID, "sequence", env.Request.Sequence, "why", reason)
 		return false
@@ -140,6 +146,18 @@ func (c *conversation) accept(ctx twf.Context, env Envelope) bool {
 	}
 	c.Pending = append(c.Pending, env)
 	return true
+}
+
+// markDeadLettered marks the pending envelope of env's request (same id, user and
+// conversation) as dead-lettered by the consumer with env's reason: the consumer published a
+// dead letter for it, so it must not run as well.
+func (c *conversation) markDeadLettered(env Envelope) {
+	req := env.Request
+	for i, p := range c.Pending {
+		if p.Request.ID == req.ID && p.Request.UserID == req.UserID && p.Request.ConversationID == req.ConversationID && p.DeadLettered == "" {
+			c.Pending[i].DeadLettered = env.DeadLettered
+		}
+	}
 }
 
 // duplicate says why env must not be queued, or "" when it is queued.
@@ -240,6 +258,10 @@ func (c *conversation) apply(actx twf.Context, i int) {
 	if c.beforeTurn != nil {
 		c.beforeTurn(actx)
 	}
+	if env.DeadLettered != "" && twf.GetVersion(actx, versionConsumerDeadLetters, twf.DefaultVersion, 1) >= 1 {
+		c.passOver(actx, env, stale)
+		return
+	}
 	in := TurnInput{Envelope: env, WantResult: c.waiting[env.Request.ID] > 0, Stale: stale}
 	if c.foreign(env) {
 		// Never applied here: the turn would land in another conversation's session.
@@ -268,6 +290,28 @@ func (c *conversation) apply(actx twf.Context, i int) {
 	}
 	if c.strict && c.UserID == "" && out.Published && stale == "" && !c.foreign(env) {
 		c.UserID = env.Request.UserID
+	}
+	c.remember(env.Request.ID)
+	c.Applied++
+}
+
+// passOver records env, a request the consumer dead-lettered itself (Envelope.DeadLettered),
+// without the turn activity: the consumer published the dead letter. Its sequence advances the
+// applied mark as a dead letter's would (unless it cannot apply, stale), it joins the dedup
+// window and the count of applied turns, and a submit waiting for it gets the dead letter; the
+// conversation's LastErrorKind stays as it was (the consumer's kind is not known here). One
+// naming another conversation changes nothing.
+func (c *conversation) passOver(actx twf.Context, env Envelope, stale string) {
+	twf.GetLogger(actx).Info("request dead-lettered by the consumer; passed over", "request_id", env.Request.ID,
+		"conversation_id", c.ConversationID, "sequence", env.Request.Sequence, "reason", env.DeadLettered)
+	if c.waiting[env.Request.ID] > 0 {
+		c.outcomes[env.Request.ID] = Outcome{DeadLettered: true, Reason: env.DeadLettered}
+	}
+	if c.foreign(env) {
+		return
+	}
+	if s := env.Request.Sequence; s > 0 && s >= c.NextSequence && stale == "" {
+		c.NextSequence = s + 1
 	}
 	c.remember(env.Request.ID)
 	c.Applied++

@@ -23,6 +23,9 @@ const (
 	// versionStrangers: requests that cannot apply are dead-lettered, not dropped, and a
 	// request refused as another user's changes no state (issue 19).
 	versionStrangers = "turnstile-strangers"
+	// versionConsumerDeadLetters: a request the consumer dead-lettered itself
+	// (Envelope.DeadLettered) is passed over without the turn activity.
+	versionConsumerDeadLetters = "turnstile-consumer-dead-letters"
 )
 
 // StateStore keeps the State of a conversation whose run ended idle, for the next run: without

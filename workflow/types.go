@@ -31,6 +31,13 @@ type Envelope struct {
 	Request turn.Request      `json:"request"`
 	Source  turn.Source       `json:"source"`
 	Headers map[string]string `json:"headers,omitempty"`
+	// DeadLettered, when set, is the reason the consumer dead-lettered the request itself,
+	// before any hand-off (Bridge.DeadLettered, a consumer.DeadLetterNotifier): the consumer
+	// published its dead letter, so the workflow never runs the request nor publishes one;
+	// when its Sequence comes up it advances the applied mark past it, so that the
+	// conversation goes on (G5). Such an envelope carries the request's ids and Sequence, not
+	// its text or metadata. A pending envelope of the same request is marked so too.
+	DeadLettered string `json:"dead_lettered,omitempty"`
 }
 
 // Batch is the payload of one SignalName signal: requests of one conversation, in the order

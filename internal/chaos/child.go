@@ -209,12 +209,7 @@ func runMember(a childArgs) int {
 			log.Error("bridge", "err", err)
 			return exitFailed
 		}
-		h = consumer.HandlerFunc(func(ctx context.Context, req turn.Request) (*turn.Result, error) {
-			if strings.HasSuffix(req.Text, kindPanicHandler.suffix()) {
-				panic("chaos: the member's Handler panics on request " + req.ID)
-			}
-			return b.Handle(ctx, req)
-		})
+		h = panickyBridge{b}
 	} else {
 		st, err := openStores(a)
 		if err != nil {
@@ -344,3 +339,17 @@ func withAppName(dsn, name string) (string, error) {
 	u.RawQuery = q.Encode()
 	return u.String(), nil
 }
+
+// panickyBridge is the Temporal cell's Handler: the bridge behind a decorator that panics on
+// the requests of kindPanicHandler. It forwards the dead-letter notice
+// (consumer.DeadLetterNotifier), so the workflow passes over the requests it dead-letters.
+type panickyBridge struct{ *workflow.Bridge }
+
+func (h panickyBridge) Handle(ctx context.Context, req turn.Request) (*turn.Result, error) {
+	if strings.HasSuffix(req.Text, kindPanicHandler.suffix()) {
+		panic("chaos: the member's Handler panics on request " + req.ID)
+	}
+	return h.Bridge.Handle(ctx, req)
+}
+
+var _ consumer.DeadLetterNotifier = panickyBridge{}
