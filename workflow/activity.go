@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	tworker "go.temporal.io/sdk/worker"
 	twf "go.temporal.io/sdk/workflow"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/turnstile-go/turnstile/consumer"
 	"github.com/turnstile-go/turnstile/inbox"
@@ -85,6 +86,13 @@ type WorkerOptions struct {
 // worker holds what the workflow and the activity of one worker share.
 type worker struct {
 	opts WorkerOptions
+	// turns is the worker process's crash isolation (turn.WithCrashIsolation), as the
+	// consumer's member has: a turn holds one unit of it while the Runner runs it; a request
+	// whose last attempt ended with its process while other turns ran (turn.ErrRunAlone) runs
+	// again holding all of them, so that only its own crash can end that attempt and be
+	// counted. Without it, a request that kills its worker (a poison request) spent an attempt
+	// of every request beside it. Nil (tests that build a worker by hand): no isolation.
+	turns *semaphore.Weighted
 	// beforeTurn, when set, runs in the workflow before each turn's activity: the replay test
 	// uses it to change the command sequence, the way a careless edit would.
 	beforeTurn func(twf.Context)
@@ -115,7 +123,7 @@ func Register(w tworker.Registry, opts WorkerOptions) error {
 		opts.Logger = slog.Default()
 	}
 	opts.Runner = turnotel.Runner(opts.Runner, opts.Telemetry)
-	a := &worker{opts: opts}
+	a := &worker{opts: opts, turns: semaphore.NewWeighted(aloneWeight)}
 	w.RegisterWorkflowWithOptions(a.Conversation, twf.RegisterOptions{Name: WorkflowName})
 	w.RegisterActivityWithOptions(a.ApplyTurn, activity.RegisterOptions{Name: ActivityName})
 	if opts.States != nil {
@@ -213,7 +221,7 @@ func (a *worker) applyTurn(ctx context.Context, env Envelope, in TurnInput) (Out
 		if l, ok := a.opts.Publisher.(ResultLimiter); ok {
 			ctx = turn.WithResultLimit(ctx, l.ResultLimit(env))
 		}
-		return a.opts.Runner.Run(ctx, req)
+		return a.run(ctx, req)
 	}()
 	if err == nil {
 		return a.publishResult(ctx, env, res, in.WantResult)
@@ -254,6 +262,33 @@ func (a *worker) applyTurn(ctx context.Context, env Envelope, in TurnInput) (Out
 			"attempt", attempt, "kind", kind.String(), "err", err)
 		return Outcome{}, temporal.NewApplicationError(err.Error(), errorType(kind))
 	}
+}
+
+// aloneWeight is the weight of the worker's turns semaphore: a turn run alone acquires all of it.
+const aloneWeight = 1 << 30
+
+// run runs req's turn with crash isolation (see worker.turns): beside the worker's other
+// turns, and again alone when the Runner says its last attempt ended with its process beside
+// others. A context that ends while it waits to run is an abandoned turn (turn.ErrAbandoned).
+func (a *worker) run(ctx context.Context, req turn.Request) (turn.Result, error) {
+	if a.turns == nil {
+		return a.opts.Runner.Run(ctx, req)
+	}
+	if err := a.turns.Acquire(ctx, 1); err != nil {
+		return turn.Result{}, fmt.Errorf("%w: waiting to run: %w", turn.ErrAbandoned, err)
+	}
+	res, err := a.opts.Runner.Run(turn.WithCrashIsolation(ctx, false), req)
+	a.turns.Release(1)
+	if turn.Classify(err) != turn.KindRunAlone {
+		return res, err
+	}
+	a.opts.Logger.Warn("request's last attempt ended with its worker while other turns ran; running it alone",
+		"request_id", req.ID, "conversation_id", req.ConversationID, "err", err)
+	if err := a.turns.Acquire(ctx, aloneWeight); err != nil {
+		return turn.Result{}, fmt.Errorf("%w: waiting to run alone: %w", turn.ErrAbandoned, err)
+	}
+	defer a.turns.Release(aloneWeight)
+	return a.opts.Runner.Run(turn.WithCrashIsolation(ctx, true), req)
 }
 
 // attempt returns the activity's attempt number (1 for the first), or 1 outside an activity

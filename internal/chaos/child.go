@@ -263,7 +263,7 @@ func runWorker(a childArgs) int {
 	for try := 0; ; try++ {
 		wk = tworker.New(c, a.TaskQueue, tworker.Options{MaxConcurrentActivityExecutionSize: a.MaxInFlight})
 		if err := workflow.Register(wk, workflow.WorkerOptions{Runner: runner, Publisher: pub,
-			HeartbeatTimeout: 2 * time.Second, RetryMax: 5 * time.Second, MaxRateLimits: 5, Logger: log}); err != nil {
+			HeartbeatTimeout: 2 * time.Second, RetryMax: 5 * time.Second, MaxRateLimits: workerMaxRateLimits, Logger: log}); err != nil {
 			log.Error("register", "err", err)
 			return exitFailed
 		}
@@ -353,3 +353,9 @@ func (h panickyBridge) Handle(ctx context.Context, req turn.Request) (*turn.Resu
 }
 
 var _ consumer.DeadLetterNotifier = panickyBridge{}
+
+// workerMaxRateLimits is the workers' WorkerOptions.MaxRateLimits. The activity counts its
+// rate-limited attempts without telling a request's own limit from the provider's, so the bound
+// must outlast a 429 burst (BurstLength 2 s at the model's 250 ms, about 8 attempts) while the
+// always-limited request (100 ms) is still dead-lettered within seconds.
+const workerMaxRateLimits = 16
