@@ -168,12 +168,8 @@ func TestDevServerAnswerTooLargeIsNotAppended(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	novel, next := request(conv, 1, "write a novel"), request(conv, 2, "a haiku then")
-	_, err := b.Submit(ctx, novel)
-	var appErr *temporal.ApplicationError
-	require.ErrorAs(t, err, &appErr)
-	require.Equal(t, ErrDeadLettered, appErr.Type())
-	require.ErrorContains(t, err, "Producer.MaxMessageBytes")
-	_, err = b.Submit(ctx, next)
+	requireSubmitDeadLettered(ctx, t, b, novel, "Producer.MaxMessageBytes")
+	_, err := b.Submit(ctx, next)
 	require.NoError(t, err)
 	sess, err := s.sessions.Get(ctx, session.Key{App: turn.DefaultApp, User: novel.UserID, Conversation: conv}, 100)
 	require.NoError(t, err)
@@ -204,13 +200,21 @@ func TestDevServerAlwaysRateLimitedIsDeadLettered(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	limited, next := request(conv, 1, "over my tenant's limit"), request(conv, 2, "and this one?")
-	_, err := b.Submit(ctx, limited)
+	requireSubmitDeadLettered(ctx, t, b, limited, "rate limited on attempt 3 of the activity (WorkerOptions.MaxRateLimits)", "HTTP 429: tenant limit")
+	_, err := b.Submit(ctx, next)
+	require.NoError(t, err)
+	requireEveryRequestAnswered(t, s.answered(), limited, next)
+}
+
+// requireSubmitDeadLettered submits req and requires it dead-lettered with a reason holding
+// every one of want.
+func requireSubmitDeadLettered(ctx context.Context, t *testing.T, b *Bridge, req turn.Request, want ...string) {
+	t.Helper()
+	_, err := b.Submit(ctx, req)
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, err, &appErr)
 	require.Equal(t, ErrDeadLettered, appErr.Type())
-	require.ErrorContains(t, err, "rate limited on attempt 3 of the activity (WorkerOptions.MaxRateLimits)")
-	require.ErrorContains(t, err, "HTTP 429: tenant limit")
-	_, err = b.Submit(ctx, next)
-	require.NoError(t, err)
-	requireEveryRequestAnswered(t, s.answered(), limited, next)
+	for _, w := range want {
+		require.ErrorContains(t, err, w)
+	}
 }
