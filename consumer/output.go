@@ -204,7 +204,7 @@ func (ob *outbound) replacement(err error) *outbound {
 	switch ob.kind {
 	case outResult:
 		size := ob.pm.Value.Length()
-		return p.deadLetter(r, ob.req, fmt.Sprintf("the result (%d bytes) was refused by the results topic", size), err, ob.attempts)
+		return p.deadLetter(r, ob.req, fmt.Sprintf("the result (%d bytes) was refused by the results topic", size), err, ob.attempts, turn.KindPermanent)
 	case outDeadLetter:
 		p.log.Error("dead letter refused; publishing it without its value", "offset", r.msg.Offset, "err", err, "bytes", len(r.msg.Value))
 		next := &outbound{p: p, r: r, kind: outBareDeadLetter, req: ob.req, reason: ob.reason,
@@ -256,15 +256,21 @@ func splitOurs(hs []sarama.RecordHeader) (ours []sarama.RecordHeader, n, size in
 	return ours, n, size
 }
 
-// ourHeader reports a header name that turnstile sets on dead letters.
-func ourHeader(name string) bool {
+// DeadLetterHeader reports a header name that turnstile sets on dead letters (the Header*
+// constants but HeaderAttempt, which only results carry): the one list that the consumer
+// (which never copies a producer's header of such a name onto a dead letter), the Temporal
+// publisher and package deadletter (which parses them) share.
+func DeadLetterHeader(name string) bool {
 	switch name {
 	case HeaderReason, HeaderError, HeaderAttempts, HeaderSourceTopic, HeaderSourcePartition, HeaderSourceOffset,
-		HeaderRequestID, HeaderConversationID, HeaderValueDropped, HeaderHeadersDropped, HeaderKeyDropped:
+		HeaderRequestID, HeaderConversationID, HeaderValueDropped, HeaderHeadersDropped, HeaderKeyDropped, HeaderKind:
 		return true
 	}
 	return false
 }
+
+// ourHeader is DeadLetterHeader.
+func ourHeader(name string) bool { return DeadLetterHeader(name) }
 
 // refused reports a publish error that retrying cannot fix: sarama's own check of
 // Producer.MaxMessageBytes (a ConfigurationError), or the broker's MESSAGE_TOO_LARGE,

@@ -102,6 +102,7 @@ func TestPanicsFailAttemptsNotTheMember(t *testing.T) {
 		require.Contains(t, h[consumer.HeaderReason], want)
 		require.Contains(t, h[consumer.HeaderReason], "[at ", "the reason has the trimmed stack")
 		require.Equal(t, "3", h[consumer.HeaderAttempts], "dead-lettered after its attempts (%s)", dl.Key)
+		require.Equal(t, turn.KindAttempt.String(), h[consumer.HeaderKind])
 	}
 	select {
 	case err := <-m.done:
@@ -163,6 +164,7 @@ func TestAnswerTooLargeToPublishIsNotAppended(t *testing.T) {
 	require.Len(t, dls, 1)
 	h := turntest.HeaderMap(dls[0])
 	require.Equal(t, big.ID, h[consumer.HeaderRequestID])
+	require.Equal(t, turn.KindPermanent.String(), h[consumer.HeaderKind])
 	require.Contains(t, h[consumer.HeaderReason], "over the limit of")
 	require.Contains(t, h[consumer.HeaderReason], fmt.Sprintf("Producer.MaxMessageBytes of %d bytes", sarama.NewConfig().Producer.MaxMessageBytes))
 	texts, perRequest := e.history("big-1")

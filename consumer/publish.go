@@ -38,6 +38,13 @@ const (
 	// refused without its value and headers: "B bytes" (the key's size). Such a dead letter
 	// keeps the request's partition when the dead-letter topic has as many partitions.
 	HeaderKeyDropped = "key-dropped"
+	// HeaderKind carries the turn.Kind (its String, turn.ParseKind reads it back) of the error
+	// that dead-lettered the record: "permanent" (a record that is not a valid request, another
+	// user's conversation, a turn.Permanent error, an answer too large to publish), "attempt"
+	// (the attempts ran out, panics included) or "rate_limited" (Config.MaxRateLimits), so
+	// that an operator can tell a bad record from a failing dependency without parsing the
+	// reason (dead letters).
+	HeaderKind = "kind"
 )
 
 // partitioner places results and dead letters: on the request's partition index when the

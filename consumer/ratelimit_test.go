@@ -220,6 +220,7 @@ func TestRateLimitOfOneRequestLetsOthersFlow(t *testing.T) {
 	require.Equal(t, refused.ID, h[consumer.HeaderRequestID])
 	require.Contains(t, h[consumer.HeaderReason], fmt.Sprintf("rate limited %d times", limit))
 	require.Contains(t, h[consumer.HeaderReason], "rate limited alone")
+	require.Equal(t, turn.KindRateLimited.String(), h[consumer.HeaderKind])
 	require.Contains(t, h[consumer.HeaderReason], "HTTP 429")
 	results := e.distinctResults(others)
 	require.Len(t, results, others)

@@ -62,7 +62,7 @@ func (p *partition) process(r *record) (*outbound, bool) {
 		if tries >= c.cfg.MaxAttempts {
 			reason := fmt.Sprintf("%d attempts panicked in this member; last: %v", tries, pe)
 			rl.get().Error("turn panicked; dead-lettered", "attempt", tries, "panic", pe.Error())
-			return p.deadLetter(r, req, reason, pe, tries), true
+			return p.deadLetter(r, req, reason, pe, tries, turn.KindAttempt), true
 		}
 		if bo == nil {
 			bo = newBackoff(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff)
@@ -145,7 +145,7 @@ func (p *partition) run(ctx context.Context, r *record, span trace.Span, got **t
 		} else {
 			rl.get().Warn("undecodable record dead-lettered", "err", err)
 		}
-		return p.deadLetter(r, nil, err.Error(), err, 0), true, 0
+		return p.deadLetter(r, nil, err.Error(), err, 0, turn.KindPermanent), true, 0
 	}
 	rl.req, *got = &req, &req
 	if span != nil {
@@ -212,12 +212,12 @@ func (p *partition) run(ctx context.Context, r *record, span trace.Span, got **t
 			c.stats.turns.Add(1)
 			return p.result(r, &req, res, encoded, rl), true, calls
 		case turn.KindPermanent:
-			reason, attempts := err.Error(), failures+1
+			reason, attempts, why := err.Error(), failures+1, turn.KindPermanent
 			var dle *turn.DeadLetterError
 			if errors.As(err, &dle) {
-				reason, attempts = dle.Reason, dle.Attempts
+				reason, attempts, why = dle.Reason, dle.Attempts, dle.Kind
 			}
-			return p.deadLetter(r, &req, reason, err, attempts), true, calls
+			return p.deadLetter(r, &req, reason, err, attempts, why), true, calls
 		case turn.KindRateLimited:
 			c.stats.rateLimited.Add(1)
 			d, _ := turn.RetryDelay(err)
@@ -225,7 +225,7 @@ func (p *partition) run(ctx context.Context, r *record, span trace.Span, got **t
 			if rate.counted >= c.cfg.MaxRateLimits {
 				// Always refused: no pause for it, and another turn may probe (G5).
 				c.throttle.endProbe(probe)
-				return p.deadLetter(r, &req, rate.reason(err), err, failures), true, calls
+				return p.deadLetter(r, &req, rate.reason(err), err, failures, turn.KindRateLimited), true, calls
 			}
 			if own {
 				// Refused while others pass: its key backs off alone, no partition pauses.
@@ -262,7 +262,7 @@ func (p *partition) run(ctx context.Context, r *record, span trace.Span, got **t
 			}
 			if failures >= c.cfg.MaxAttempts {
 				reason := fmt.Sprintf("%d attempts failed in this member; last error: %v", failures, err)
-				return p.deadLetter(r, &req, reason, err, attempt), true, calls
+				return p.deadLetter(r, &req, reason, err, attempt, turn.KindAttempt), true, calls
 			}
 			d := retryIn()
 			rl.get().Warn("turn attempt failed; retrying", "attempt", attempt, "err", err, "retry_in", d.String())
@@ -407,7 +407,7 @@ func (p *partition) result(r *record, req *turn.Request, res *turn.Result, encod
 	}
 	if err != nil {
 		rl.get().Error("result does not encode", "err", err)
-		return p.deadLetter(r, req, "result does not encode", err, res.Attempt)
+		return p.deadLetter(r, req, "result does not encode", err, res.Attempt, turn.KindPermanent)
 	}
 	ob := &outbound{p: p, r: r, kind: outResult, req: req, attempts: res.Attempt, replayed: res.Replayed,
 		partitions: p.c.partitions.Load(), key: r.msg.Key, value: value}
@@ -419,13 +419,17 @@ func (p *partition) result(r *record, req *turn.Request, res *turn.Result, encod
 	return ob
 }
 
-// deadLetter builds the dead letter of r: the record as it came, with the reason in headers.
-func (p *partition) deadLetter(r *record, req *turn.Request, reason string, cause error, attempts int) *outbound {
+// deadLetter builds the dead letter of r: the record as it came, with the reason and kind (the
+// turn.Kind that dead-lettered it, HeaderKind) in headers.
+func (p *partition) deadLetter(r *record, req *turn.Request, reason string, cause error, attempts int, kind turn.Kind) *outbound {
 	msg := r.msg
 	ours := []sarama.RecordHeader{
 		header(HeaderReason, clip(reason)), header(HeaderAttempts, itoa(attempts)),
 		header(HeaderSourceTopic, msg.Topic), header(HeaderSourcePartition, itoa(msg.Partition)),
 		header(HeaderSourceOffset, itoa(msg.Offset)),
+	}
+	if kind != turn.KindNone { // a dead letter of an earlier delivery, answered from the inbox: not known
+		ours = append(ours, header(HeaderKind, kind.String()))
 	}
 	if cause != nil {
 		ours = append(ours, header(HeaderError, clip(cause.Error())))

@@ -54,24 +54,28 @@ type Letter struct {
 	Reason, Error string
 	// Attempts is the number of attempts spent.
 	Attempts int
+	// Kind is the turn.Kind of the error that dead-lettered the request (consumer.HeaderKind):
+	// turn.KindPermanent, turn.KindAttempt or turn.KindRateLimited; turn.KindNone when the
+	// dead letter does not say (written before the header existed, or by another tool).
+	Kind turn.Kind
 	// Source locates the request record; Source.Offset is -1 when the headers do not say.
 	Source turn.Source
 	// ValueDropped is the consumer's value-dropped header: why the value is missing (the
 	// original size and the broker's refusal); empty when the value is there.
 	ValueDropped string
+	// HeadersDropped and KeyDropped are the consumer's headers-dropped and key-dropped
+	// headers: the record's own headers, then its key, were left out too (still refused
+	// without its value); empty when they are there.
+	HeadersDropped, KeyDropped string
 }
 
 // ID returns "TOPIC/PARTITION/OFFSET" of the dead letter, the form HeaderRedrivenFrom and the
 // CLI use.
 func (l Letter) ID() string { return fmt.Sprintf("%s/%d/%d", l.Topic, l.Partition, l.Offset) }
 
-// ours are the headers the consumer adds to a dead letter.
-var ours = map[string]bool{
-	consumer.HeaderRequestID: true, consumer.HeaderConversationID: true, consumer.HeaderReason: true,
-	consumer.HeaderError: true, consumer.HeaderAttempts: true, consumer.HeaderSourceTopic: true,
-	consumer.HeaderSourcePartition: true, consumer.HeaderSourceOffset: true, consumer.HeaderValueDropped: true,
-	HeaderRedrivenFrom: true,
-}
+// ours reports the headers the consumer (and the Temporal publisher) add to a dead letter,
+// consumer.DeadLetterHeader, and this package's HeaderRedrivenFrom.
+func ours(name string) bool { return consumer.DeadLetterHeader(name) || name == HeaderRedrivenFrom }
 
 // Parse reads a dead-letter record. Headers that are missing or malformed leave their field
 // at its zero value (Source.Offset at -1); Parse never fails, so that a dead letter written
@@ -84,7 +88,7 @@ func Parse(msg *sarama.ConsumerMessage) Letter {
 			continue
 		}
 		k, v := string(h.Key), string(h.Value)
-		if !ours[k] {
+		if !ours(k) {
 			l.Headers = append(l.Headers, sarama.RecordHeader{Key: h.Key, Value: h.Value})
 			continue
 		}
@@ -111,6 +115,14 @@ func Parse(msg *sarama.ConsumerMessage) Letter {
 			}
 		case consumer.HeaderValueDropped:
 			l.ValueDropped = v
+		case consumer.HeaderHeadersDropped:
+			l.HeadersDropped = v
+		case consumer.HeaderKeyDropped:
+			l.KeyDropped = v
+		case consumer.HeaderKind:
+			if kind, ok := turn.ParseKind(v); ok {
+				l.Kind = kind
+			}
 		}
 	}
 	if l.ValueDropped != "" {

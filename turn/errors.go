@@ -173,6 +173,11 @@ type DeadLetterError struct {
 	Attempts int
 	// Err is the error of the last attempt, when this run saw one.
 	Err error
+	// Kind says why: KindPermanent (a permanent error, an invalid request, another user's
+	// conversation, an answer too large to publish) or KindAttempt (its attempts ran out);
+	// KindNone when this run does not know (a request dead-lettered by an earlier delivery,
+	// answered from the inbox). The consumer writes it in the dead letter's kind header.
+	Kind Kind
 }
 
 // Error formats the request id, the attempts and the reason on one line.

@@ -27,6 +27,7 @@ func TestResultOverTheLimitIsNotAppended(t *testing.T) {
 	_, err := b.runner.Run(ctx, req)
 	var dle *turn.DeadLetterError
 	require.ErrorAs(t, err, &dle)
+	require.Equal(t, turn.KindPermanent, dle.Kind)
 	var big *turn.ResultTooLargeError
 	require.ErrorAs(t, err, &big)
 	require.Equal(t, 1_000_000, big.Limit)

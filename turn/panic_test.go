@@ -49,6 +49,7 @@ func TestStorePanicFailsTheAttemptThenDeadLetters(t *testing.T) {
 	var dle *turn.DeadLetterError
 	require.ErrorAs(t, err, &dle)
 	require.Contains(t, dle.Reason, "panic in session or inbox store")
+	require.Equal(t, turn.KindAttempt, dle.Kind, "its attempts ran out")
 	require.Contains(t, dle.Reason, "index out of range")
 	entry, err := b.inbox.Get(context.Background(), b.runner.InboxKey(req))
 	require.NoError(t, err)

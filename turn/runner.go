@@ -152,7 +152,7 @@ func (r *Runner) RunEncoded(ctx context.Context, req Request) (res Result, data 
 		return Result{}, nil, err
 	}
 	if err := r.Decoder.Validate(req); err != nil {
-		return Result{}, nil, &DeadLetterError{RequestID: req.ID, Reason: err.Error(), Err: err}
+		return Result{}, nil, &DeadLetterError{RequestID: req.ID, Reason: err.Error(), Err: err, Kind: KindPermanent}
 	}
 	ikey := r.InboxKey(req)
 	entry, err := r.Inbox.Begin(ctx, inbox.Delivery{
@@ -172,7 +172,7 @@ func (r *Runner) RunEncoded(ctx context.Context, req Request) (res Result, data 
 	case entry.Status == inbox.StatusDone:
 		res, err := DecodeResult(entry.Result)
 		if err != nil {
-			return Result{}, nil, r.deadLetter(ctx, req, entry.Attempts, "stored result unreadable", Permanent(err))
+			return Result{}, nil, r.deadLetter(ctx, req, entry.Attempts, "stored result unreadable", Permanent(err), KindPermanent)
 		}
 		res.Replayed, res.Attempt = true, entry.Attempts
 		return res, nil, nil
@@ -182,7 +182,7 @@ func (r *Runner) RunEncoded(ctx context.Context, req Request) (res Result, data 
 		// The earlier deliveries crashed or failed without dead-lettering (G5: crash loops
 		// count; with WithCrashIsolation, only crashes while alone). This one was counted by
 		// Begin but runs nothing.
-		return Result{}, nil, r.deadLetter(ctx, req, attempts-1, exhaustedReason(req.ID, attempts-1, entry), nil)
+		return Result{}, nil, r.deadLetter(ctx, req, attempts-1, exhaustedReason(req.ID, attempts-1, entry), nil, KindAttempt)
 	}
 	res, data, err = r.attempt(ctx, req, ikey, attempts, entry.Status == inbox.StatusNew)
 	if err != nil {
@@ -472,10 +472,10 @@ func (r *Runner) failed(ctx context.Context, req Request, attempts int, err erro
 	aerr := &AttemptError{RequestID: req.ID, Attempt: attempts, Err: err}
 	switch Classify(err) {
 	case KindPermanent:
-		return r.deadLetter(ctx, req, attempts, aerr.Error(), aerr)
+		return r.deadLetter(ctx, req, attempts, aerr.Error(), aerr, KindPermanent)
 	case KindAttempt:
 		if attempts >= r.Attempts() {
-			return r.deadLetter(ctx, req, attempts, fmt.Sprintf("%d attempts exhausted; last error: %v", attempts, aerr), aerr)
+			return r.deadLetter(ctx, req, attempts, fmt.Sprintf("%d attempts exhausted; last error: %v", attempts, aerr), aerr, KindAttempt)
 		}
 		r.bookkeep(ctx, req, func(ctx context.Context) error {
 			return r.Inbox.Fail(ctx, r.InboxKey(req), inbox.Failure{Reason: aerr.Error()})
@@ -490,9 +490,9 @@ func (r *Runner) failed(ctx context.Context, req Request, attempts int, err erro
 
 // deadLetter marks the request dead and returns the *DeadLetterError for the caller to publish
 // (and log, once it is published).
-func (r *Runner) deadLetter(ctx context.Context, req Request, attempts int, reason string, cause error) error {
+func (r *Runner) deadLetter(ctx context.Context, req Request, attempts int, reason string, cause error, kind Kind) error {
 	r.bookkeep(ctx, req, func(ctx context.Context) error { return r.Inbox.MarkDead(ctx, r.InboxKey(req), reason) })
-	return &DeadLetterError{RequestID: req.ID, Reason: reason, Attempts: attempts, Err: cause}
+	return &DeadLetterError{RequestID: req.ID, Reason: reason, Attempts: attempts, Err: cause, Kind: kind}
 }
 
 // bookkeep runs an inbox write that must happen even when ctx has ended. Its failure is only

@@ -231,7 +231,7 @@ func (a *worker) applyTurn(ctx context.Context, env Envelope, in TurnInput) (Out
 		dl := DeadLetter{Reason: err.Error(), Err: err}
 		var dle *turn.DeadLetterError
 		if errors.As(err, &dle) {
-			dl.Reason, dl.Attempts = dle.Reason, dle.Attempts
+			dl.Reason, dl.Attempts, dl.Kind = dle.Reason, dle.Attempts, dle.Kind
 		}
 		foreign, ferr := a.ownerMismatch(ctx, req, err)
 		if ferr != nil {
@@ -401,6 +401,9 @@ func (a *worker) publishResult(ctx context.Context, env Envelope, res turn.Resul
 }
 
 func (a *worker) deadLetter(ctx context.Context, env Envelope, dl DeadLetter, kind turn.Kind) (Outcome, error) {
+	if dl.Kind == turn.KindNone {
+		dl.Kind = kind
+	}
 	if err := a.opts.Publisher.PublishDeadLetter(ctx, env, dl); err != nil {
 		a.opts.Logger.Warn("dead-letter publish failed; the activity retries", "request_id", env.Request.ID,
 			"conversation_id", env.Request.ConversationID, "err", err)

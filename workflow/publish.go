@@ -27,6 +27,9 @@ type DeadLetter struct {
 	Attempts int
 	// Err is the last error, if any (the "error" header).
 	Err error
+	// Kind is the turn.Kind of the error that dead-lettered the request (the "kind" header,
+	// consumer.HeaderKind); turn.KindNone leaves the header out.
+	Kind turn.Kind
 }
 
 // Publisher publishes the outcome of a turn. Both methods may be called again for the same
@@ -167,9 +170,12 @@ func (p *KafkaPublisher) PublishDeadLetter(ctx context.Context, env Envelope, dl
 	if dl.Err != nil {
 		ours = append(ours, header(consumer.HeaderError, clip(dl.Err.Error())))
 	}
+	if dl.Kind != turn.KindNone {
+		ours = append(ours, header(consumer.HeaderKind, dl.Kind.String()))
+	}
 	var headers []sarama.RecordHeader
 	for k, v := range env.Headers {
-		if !hasHeader(ours, k) {
+		if !hasHeader(ours, k) && !consumer.DeadLetterHeader(k) {
 			headers = append(headers, header(k, v))
 		}
 	}

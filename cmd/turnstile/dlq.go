@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/turnstile-go/turnstile/deadletter"
+	"github.com/turnstile-go/turnstile/turn"
 )
 
 const dlqListUsage = `
@@ -109,6 +110,7 @@ type letterJSON struct {
 	RequestID      string            `json:"request_id,omitempty"`
 	ConversationID string            `json:"conversation_id,omitempty"`
 	Reason         string            `json:"reason"`
+	Kind           string            `json:"kind,omitempty"` // turn.Kind's name (consumer.HeaderKind)
 	Error          string            `json:"error,omitempty"`
 	Attempts       int               `json:"attempts"`
 	Source         string            `json:"source"`
@@ -119,9 +121,18 @@ type letterJSON struct {
 	Value          string            `json:"value,omitempty"`
 }
 
+// kindLabel is the CLI's label of a dead letter's kind: the turn.Kind's name, "" when the dead
+// letter does not say.
+func kindLabel(k turn.Kind) string {
+	if k == turn.KindNone {
+		return ""
+	}
+	return k.String()
+}
+
 func toJSON(l deadletter.Letter, full bool) letterJSON {
 	j := letterJSON{ID: l.ID(), Time: l.Timestamp.UTC(), RequestID: l.RequestID, ConversationID: l.ConversationID,
-		Reason: l.Reason, Error: l.Error, Attempts: l.Attempts, Source: source(l),
+		Reason: l.Reason, Error: l.Error, Attempts: l.Attempts, Source: source(l), Kind: kindLabel(l.Kind),
 		AgeSeconds: int64(time.Since(l.Timestamp) / time.Second), ValueDropped: l.ValueDropped}
 	if full {
 		j.Key, j.Value = printable(l.Key), printable(l.Value)
@@ -227,7 +238,7 @@ func dlqShow(ctx context.Context, e *env, args []string) error {
 		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 		for _, kv := range [][2]string{{"dead letter", j.ID}, {"time", j.Time.Format(time.RFC3339)}, {"request id", j.RequestID},
 			{"conversation", j.ConversationID}, {"attempts", fmt.Sprint(j.Attempts)}, {"source", j.Source},
-			{"reason", j.Reason}, {"error", j.Error}, {"value dropped", j.ValueDropped}, {"key", j.Key}} {
+			{"reason", j.Reason}, {"kind", j.Kind}, {"error", j.Error}, {"value dropped", j.ValueDropped}, {"key", j.Key}} {
 			if kv[1] != "" {
 				fmt.Fprintf(tw, "%s:\t%s\n", kv[0], kv[1])
 			}
