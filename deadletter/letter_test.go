@@ -11,7 +11,9 @@ import (
 	"github.com/turnstile-go/turnstile/turn"
 )
 
-func hdr(k, v string) *sarama.RecordHeader { return &sarama.RecordHeader{Key: []byte(k), Value: []byte(v)} }
+func hdr(k, v string) *sarama.RecordHeader {
+	return &sarama.RecordHeader{Key: []byte(k), Value: []byte(v)}
+}
 
 // Parse reads every turn.Kind back from the kind header (the enumeration walked, so that a
 // kind added to turn reaches the CLI's label), and every header the consumer writes on a dead
