@@ -132,8 +132,15 @@ func TestQuickstartOnExistingBrokersStartsAtTheEnd(t *testing.T) {
 	for range 2 {
 		sum := runSmall(t, Config{Brokers: brokers, DBPath: db})
 		requireChecks(t, sum)
-		require.Equal(t, sum.Requests, sum.ResultRecords, "only this run's results, none repeated")
-		require.EqualValues(t, sum.Requests, sum.ModelCalls, "no record of the earlier run was served")
+		// Serving the earlier run's records again would add one result record each (replayed
+		// from the inbox). A few repeats of this run's own are G3's redeliveries: a turn of a
+		// partition revoked in a slow rebalance is redone by its next owner, and readers dedup
+		// on request-id (a loaded CI machine saw 3 of 200).
+		slack := sum.Requests / 10
+		require.GreaterOrEqual(t, sum.ResultRecords, sum.Requests, "every request of this run has its result")
+		require.Less(t, sum.ResultRecords, sum.Requests+slack, "only this run's results, with at most a few redelivered")
+		require.GreaterOrEqual(t, int(sum.ModelCalls), sum.Requests)
+		require.Less(t, int(sum.ModelCalls), sum.Requests+slack, "no record of the earlier run was served")
 	}
 }
 
