@@ -64,7 +64,7 @@ func FuzzDeadLetterHeaders(f *testing.F) {
 		require.Equal(t, ours, hs[len(hs)-len(ours):], "ours last, once each")
 		var kept []sarama.RecordHeader
 		for _, h := range theirs {
-			if h != nil && !ourHeader(string(h.Key)) {
+			if h != nil && !DeadLetterHeader(string(h.Key)) {
 				kept = append(kept, *h)
 			}
 		}
@@ -81,6 +81,6 @@ func FuzzDeadLetterHeaders(f *testing.F) {
 			want += len(h.Key) + len(h.Value)
 		}
 		require.Equal(t, want, size)
-		require.True(t, slices.IndexFunc(stripped, func(h sarama.RecordHeader) bool { return !ourHeader(string(h.Key)) }) < 0)
+		require.True(t, slices.IndexFunc(stripped, func(h sarama.RecordHeader) bool { return !DeadLetterHeader(string(h.Key)) }) < 0)
 	})
 }

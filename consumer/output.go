@@ -247,7 +247,7 @@ func (ob *outbound) stripped(kind outKind, key sarama.Encoder, headers []sarama.
 // size (names and values, in bytes) of the others.
 func splitOurs(hs []sarama.RecordHeader) (ours []sarama.RecordHeader, n, size int) {
 	for _, h := range hs {
-		if ourHeader(string(h.Key)) {
+		if DeadLetterHeader(string(h.Key)) {
 			ours = append(ours, h)
 		} else {
 			n, size = n+1, size+len(h.Key)+len(h.Value)
@@ -268,9 +268,6 @@ func DeadLetterHeader(name string) bool {
 	}
 	return false
 }
-
-// ourHeader is DeadLetterHeader.
-func ourHeader(name string) bool { return DeadLetterHeader(name) }
 
 // refused reports a publish error that retrying cannot fix: sarama's own check of
 // Producer.MaxMessageBytes (a ConfigurationError), or the broker's MESSAGE_TOO_LARGE,

@@ -110,6 +110,11 @@ const resultRecordRoom = 128 + 600
 // a trace context injected. The consumer puts it in every Handler call's context; the
 // Temporal activity does the same with its publisher's limit.
 func ResultLimit(maxMessageBytes int, req *turn.Request, forward []string) turn.ResultLimit {
+	return turn.ResultLimit{Bytes: maxMessageBytes - resultRoom(req, forward), Source: resultLimitSource(maxMessageBytes)}
+}
+
+// resultRoom is the room, in bytes, that req's result record keeps for its key and headers.
+func resultRoom(req *turn.Request, forward []string) int {
 	room := resultRecordRoom + len(req.ConversationID) + // the key
 		len(HeaderRequestID) + len(req.ID) + len(HeaderConversationID) + len(req.ConversationID) + len(HeaderAttempt) + 20
 	for _, name := range forward {
@@ -117,7 +122,7 @@ func ResultLimit(maxMessageBytes int, req *turn.Request, forward []string) turn.
 			room += len(name) + len(v) + 10
 		}
 	}
-	return turn.ResultLimit{Bytes: maxMessageBytes - room, Source: resultLimitSource(maxMessageBytes)}
+	return room
 }
 
 // resultLimitSource names the limit in a dead letter's reason.
@@ -125,9 +130,8 @@ func resultLimitSource(maxMessageBytes int) string {
 	return "the producer's Producer.MaxMessageBytes of " + strconv.Itoa(maxMessageBytes) + " bytes, less room for the record's key and headers"
 }
 
-// resultLimit is ResultLimit for this consumer's producer, with the source text made once.
+// resultLimit is ResultLimit for this consumer's producer, with the source text made once in
+// New rather than per record.
 func (c *Consumer) resultLimit(req *turn.Request) turn.ResultLimit {
-	l := ResultLimit(c.maxRecordBytes, req, c.cfg.ForwardHeaders)
-	l.Source = c.resultLimitSource
-	return l
+	return turn.ResultLimit{Bytes: c.maxRecordBytes - resultRoom(req, c.cfg.ForwardHeaders), Source: c.resultLimitSource}
 }

@@ -453,7 +453,7 @@ func (p *partition) deadLetter(r *record, req *turn.Request, reason string, caus
 func deadLetterHeaders(theirs []*sarama.RecordHeader, ours []sarama.RecordHeader) []sarama.RecordHeader {
 	headers := make([]sarama.RecordHeader, 0, len(theirs)+len(ours))
 	for _, h := range theirs {
-		if h != nil && !ourHeader(string(h.Key)) {
+		if h != nil && !DeadLetterHeader(string(h.Key)) {
 			headers = append(headers, *h)
 		}
 	}
