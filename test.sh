@@ -19,7 +19,7 @@ fi
 export TURNSTILE_TEMPORAL_CLI
 # Every package but the chaos matrix, then the matrix alone: its broker, member, worker and
 # Temporal server processes would otherwise load the two cores under the other packages' tests.
-go test -race -count=1 -timeout 20m "$@" $(go list ./... | grep -v '/internal/chaos$')
-go test -race -count=1 -timeout 20m "$@" ./internal/chaos/
+go test -race -count=1 -timeout 20m "$@" $(go list ./... | grep -v '/tools/chaos$')
+go test -race -count=1 -timeout 20m "$@" ./tools/chaos/
 # The consumer's suite again with the other ordering (it runs by key above).
 TURNSTILE_TEST_ORDERING=by-partition go test -race -count=1 -timeout 20m "$@" ./consumer/

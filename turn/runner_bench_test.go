@@ -12,7 +12,7 @@ import (
 
 // BenchmarkRunnerMemory runs turns of 1,000 conversations on the memory stores with an instant
 // model: the Runner's own cost per turn, the number the consumer's overhead benchmark
-// (internal/consumerbench -scenario overhead) spends most of its CPU on.
+// (tools/consumerbench -scenario overhead) spends most of its CPU on.
 func BenchmarkRunnerMemory(b *testing.B) {
 	model := turn.ModelFunc(func(_ context.Context, in turn.Input) (turn.Output, error) {
 		return turn.Output{Events: []session.Event{{Text: "ok"}}}, nil

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/turnstile-go/turnstile/internal/demo"
+	"github.com/turnstile-go/turnstile/examples/internal/demo"
 	"github.com/turnstile-go/turnstile/session"
 )
 

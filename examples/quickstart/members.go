@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/turnstile-go/turnstile/consumer"
-	"github.com/turnstile-go/turnstile/internal/demo"
+	"github.com/turnstile-go/turnstile/examples/internal/demo"
 	"github.com/turnstile-go/turnstile/turn"
 )
 

@@ -17,7 +17,7 @@ import (
 
 	"github.com/IBM/sarama"
 
-	"github.com/turnstile-go/turnstile/internal/demo"
+	"github.com/turnstile-go/turnstile/examples/internal/demo"
 	"github.com/turnstile-go/turnstile/turntest"
 )
 

@@ -15,7 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/turnstile-go/turnstile/internal/demo/demotest"
+	"github.com/turnstile-go/turnstile/examples/internal/demo/demotest"
 	"github.com/turnstile-go/turnstile/internal/sqltest"
 	"github.com/turnstile-go/turnstile/turntest"
 )

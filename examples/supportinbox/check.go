@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/turnstile-go/turnstile/internal/demo"
+	"github.com/turnstile-go/turnstile/examples/internal/demo"
 	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/turn"
 )

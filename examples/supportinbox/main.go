@@ -55,7 +55,7 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/turnstile-go/turnstile/internal/demo"
+	"github.com/turnstile-go/turnstile/examples/internal/demo"
 )
 
 func main() { os.Exit(command().Main(os.Args[1:], os.Stdout, os.Stderr)) }

@@ -35,7 +35,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/turnstile-go/turnstile/internal/demo"
+	"github.com/turnstile-go/turnstile/examples/internal/demo"
 )
 
 func main() {

@@ -1,15 +1,15 @@
 // Command consumerbench measures turnstile's consumer side by side with a baseline in one
 // run, on one kfake broker, and prints ratios (BENCHMARKS.md records them with the command).
 //
-//	go run ./internal/consumerbench -scenario overhead   # instant model, memory stores, vs a raw async sarama loop
-//	go run ./internal/consumerbench -scenario slow       # 50 ms model: by key vs by partition vs MaxInFlight / latency
-//	go run ./internal/consumerbench -scenario pc         # Confluent Parallel Consumer's comparison: 1 partition, 100 keys
-//	go run ./internal/consumerbench -scenario latency    # added latency at half the by-partition maximum rate
-//	go run ./internal/consumerbench -scenario stores     # PostgreSQL and SQLite stores vs memory stores, 50 ms model
-//	go run ./internal/consumerbench -scenario memory     # peak RSS with a 1,000,000-record backlog (broker in a child process)
-//	go run ./internal/consumerbench -scenario txn        # transactional mode vs default: throughput and read_committed latency
-//	go run ./internal/consumerbench -scenario ratelimit  # 150 requests: control vs with one always rate-limited request
-//	go run ./internal/consumerbench -scenario telemetry  # tracing and metrics on (OpenTelemetry SDK, no-op exporter) vs off;
+//	go run ./tools/consumerbench -scenario overhead   # instant model, memory stores, vs a raw async sarama loop
+//	go run ./tools/consumerbench -scenario slow       # 50 ms model: by key vs by partition vs MaxInFlight / latency
+//	go run ./tools/consumerbench -scenario pc         # Confluent Parallel Consumer's comparison: 1 partition, 100 keys
+//	go run ./tools/consumerbench -scenario latency    # added latency at half the by-partition maximum rate
+//	go run ./tools/consumerbench -scenario stores     # PostgreSQL and SQLite stores vs memory stores, 50 ms model
+//	go run ./tools/consumerbench -scenario memory     # peak RSS with a 1,000,000-record backlog (broker in a child process)
+//	go run ./tools/consumerbench -scenario txn        # transactional mode vs default: throughput and read_committed latency
+//	go run ./tools/consumerbench -scenario ratelimit  # 150 requests: control vs with one always rate-limited request
+//	go run ./tools/consumerbench -scenario telemetry  # tracing and metrics on (OpenTelemetry SDK, no-op exporter) vs off;
 //	                                                    # -model 5ms for a model that takes time, CONSUMERBENCH_TELEMETRY=traces (or metrics) for one alone
 //
 // The baseline is the best plain sarama program a user would write instead of turnstile: an

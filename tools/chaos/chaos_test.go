@@ -24,7 +24,7 @@ import (
 // duplicate side effect, no valid request dead-lettered, every record with an outcome, every
 // expected dead letter dead-lettered with a reason, no member dead by itself and, in the
 // transactional cell, no request with two committed results. The members are the command
-// internal/chaos/cmd/chaos, built without the race detector. TURNSTILE_CHAOS_SEED replays a
+// tools/chaos/cmd/chaos, built without the race detector. TURNSTILE_CHAOS_SEED replays a
 // seed; TURNSTILE_CHAOS_CELL runs one cell only. The seed is logged with the figures.
 func TestChaosShort(t *testing.T) {
 	if testing.Short() {
@@ -112,7 +112,7 @@ func runShort(t *testing.T, exe string, cell Cell) {
 		"every invalid, poison, stranger, panicking and always-limited record is dead-lettered")
 }
 
-// buildCommand builds internal/chaos/cmd/chaos without the race detector, for the member
+// buildCommand builds tools/chaos/cmd/chaos without the race detector, for the member
 // and broker processes.
 func buildCommand(t *testing.T) string {
 	t.Helper()
@@ -121,7 +121,7 @@ func buildCommand(t *testing.T) string {
 	exe := filepath.Join(t.TempDir(), "chaos")
 	cmd := exec.Command(goTool, "build", "-o", exe, "./cmd/chaos")
 	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "go build ./internal/chaos/cmd/chaos: %s", out)
+	require.NoError(t, err, "go build ./tools/chaos/cmd/chaos: %s", out)
 	return exe
 }
 

@@ -80,7 +80,7 @@
 //
 // The broker and the members run the program that [Config.Exe] names, with the environment
 // variable TURNSTILE_CHAOS_CHILD set: such a program must call [ChildMain] first thing in
-// main (or TestMain). The command internal/chaos/cmd/chaos does; TestChaosShort builds it
+// main (or TestMain). The command tools/chaos/cmd/chaos does; TestChaosShort builds it
 // without the race detector, so that the members run at production speed while the test
 // itself may run under -race.
 package chaos

@@ -1,12 +1,12 @@
-// Command chaos runs turnstile's chaos suite (package internal/chaos) and prints its figures:
+// Command chaos runs turnstile's chaos suite (package tools/chaos) and prints its figures:
 // member processes on PostgreSQL stores against a broker process, under a seeded schedule of
 // kill -9, SIGTERM, database connection kills, broker restarts, 429 bursts, slow turns and
 // model failures, then an independent check of the topics and tables.
 //
-//	go run ./internal/chaos/cmd/chaos                # the short form (what TestChaosShort runs)
-//	go run ./internal/chaos/cmd/chaos -long          # 20,000 requests, 40 kill -9s, 3 broker restarts
-//	go run ./internal/chaos/cmd/chaos -seed 7        # replay a schedule
-//	go run ./internal/chaos/cmd/chaos -cell temporal # another cell of the matrix (-cell list: them all)
+//	go run ./tools/chaos/cmd/chaos                # the short form (what TestChaosShort runs)
+//	go run ./tools/chaos/cmd/chaos -long          # 20,000 requests, 40 kill -9s, 3 broker restarts
+//	go run ./tools/chaos/cmd/chaos -seed 7        # replay a schedule
+//	go run ./tools/chaos/cmd/chaos -cell temporal # another cell of the matrix (-cell list: them all)
 //
 // The last line of its output is the figures line; the exit code is 0 when every check
 // passed, 1 when one failed and 2 when the run could not be made. PostgreSQL is found at
@@ -22,8 +22,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/turnstile-go/turnstile/internal/chaos"
 	"github.com/turnstile-go/turnstile/internal/temporaldev"
+	"github.com/turnstile-go/turnstile/tools/chaos"
 )
 
 func main() {
