@@ -144,7 +144,7 @@ type Consumer struct {
 	runCtx     context.Context
 	group      sarama.ConsumerGroup
 	out        *output
-	txn        *txn                          // transactional mode (txn.go), nil otherwise
+	sink       sink                          // the commit mode (sink.go), set by Run
 	txnHook    func()                        // tests: runs before each CommitTxn
 	decodeHook func(*sarama.ConsumerMessage) // tests: runs before each record's decoding
 
@@ -236,12 +236,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return errors.New("consumer: Run called twice")
 	}
 	defer c.meters.close()
-	if cc, ok := c.h.(concurrencyChecker); ok {
-		if err := cc.CheckConcurrency(c.cfg.MaxInFlight); err != nil {
-			c.log.Warn("the handler's stores may not keep up with MaxInFlight; turns will wait for connections",
-				"max_in_flight", c.cfg.MaxInFlight, "err", err)
-		}
-	}
+	c.warnConcurrency()
 	client, err := connect(ctx, func() (sarama.Client, error) { return sarama.NewClient(c.cfg.Brokers, c.cfg.groupConfig()) })
 	if err != nil {
 		return fmt.Errorf("consumer: connect to %v: %w", c.cfg.Brokers, err)
@@ -250,6 +245,43 @@ func (c *Consumer) Run(ctx context.Context) error {
 	c.client = client
 	c.health.running.Store(true)
 	defer c.health.running.Store(false)
+	if err := c.checkTopics(); err != nil {
+		return err
+	}
+	ctx, stopReplay, err := c.replayUntilEnd(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopReplay()
+	ctx, closeSink, err := c.startSink(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeSink() // after every claim returned: nothing of theirs is sent any more
+	group, err := sarama.NewConsumerGroupFromClient(c.cfg.GroupID, client)
+	if err != nil {
+		return fmt.Errorf("consumer: join group %q: %w", c.cfg.GroupID, err)
+	}
+	c.runCtx, c.group = ctx, group
+	defer c.startWorkers()()
+	c.pauses = newPauses(group)
+	c.throttle = newThrottle(c.pauses, c.log, time.Second, c.cfg.MaxPause)
+	defer c.throttle.stop()
+	return c.serveGroup(ctx, group)
+}
+
+// warnConcurrency logs when the Handler's stores cannot serve Config.MaxInFlight turns at once.
+func (c *Consumer) warnConcurrency() {
+	if cc, ok := c.h.(concurrencyChecker); ok {
+		if err := cc.CheckConcurrency(c.cfg.MaxInFlight); err != nil {
+			c.log.Warn("the handler's stores may not keep up with MaxInFlight; turns will wait for connections",
+				"max_in_flight", c.cfg.MaxInFlight, "err", err)
+		}
+	}
+}
+
+// checkTopics checks that the requests, results and dead-letter topics exist.
+func (c *Consumer) checkTopics() error {
 	if err := c.refreshPartitions(); err != nil {
 		return err
 	}
@@ -259,58 +291,43 @@ func (c *Consumer) Run(ctx context.Context) error {
 		if topic.name == "" { // a replay that publishes nothing
 			continue
 		}
-		if _, err := client.Partitions(topic.name); err != nil {
+		if _, err := c.client.Partitions(topic.name); err != nil {
 			return fmt.Errorf("consumer: Config.%s %q: %w", topic.field, topic.name, err)
 		}
 	}
-	if c.cfg.Replay != nil {
-		ends, err := c.startReplay(ctx, client)
-		if err != nil {
-			return err
-		}
-		if ends != nil {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithCancel(ctx)
-			defer cancel()
-			go c.stopAtEnd(ctx, cancel, client, ends)
-		}
-	}
-	pc := c.cfg.producerConfig(newPartitioner)
-	if c.cfg.Transactional != nil {
-		pc = c.cfg.txnProducerConfig()
-	}
-	producer, err := connect(ctx, func() (sarama.AsyncProducer, error) {
-		return sarama.NewAsyncProducer(c.cfg.Brokers, pc)
-	})
-	if err != nil {
-		return fmt.Errorf("consumer: start producer: %w", err)
-	}
-	c.out = newOutput(producer, c.log)
-	defer c.out.close() // after every claim returned: nothing of theirs is sent any more
-	if c.cfg.Transactional != nil {
-		var cancel context.CancelCauseFunc
-		ctx, cancel = context.WithCancelCause(ctx)
-		defer cancel(nil)
-		c.txn = newTxn(ctx, c, producer, cancel)
-		c.out.txn = c.txn
-		defer c.txn.close() // before the producer closes
-	}
-	group, err := sarama.NewConsumerGroupFromClient(c.cfg.GroupID, client)
-	if err != nil {
-		return fmt.Errorf("consumer: join group %q: %w", c.cfg.GroupID, err)
-	}
-	c.runCtx, c.group = ctx, group
-	// Workers live as long as Run: a goroutine per turn would grow a fresh stack for every
-	// record (JSON decoding is deep), which cost more than the rest of a fast turn.
-	stopWorkers := make(chan struct{})
-	defer close(stopWorkers)
-	for range c.cfg.MaxInFlight {
-		go c.worker(stopWorkers)
-	}
-	c.pauses = newPauses(group)
-	c.throttle = newThrottle(c.pauses, c.log, time.Second, c.cfg.MaxPause)
-	defer c.throttle.stop()
+	return nil
+}
 
+// replayUntilEnd starts a replay (Config.Replay) and, when it stops at the end of its range,
+// returns a context that ends there; stop releases it.
+func (c *Consumer) replayUntilEnd(ctx context.Context) (context.Context, func(), error) {
+	if c.cfg.Replay == nil {
+		return ctx, func() {}, nil
+	}
+	ends, err := c.startReplay(ctx, c.client)
+	if err != nil || ends == nil {
+		return ctx, func() {}, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	go c.stopAtEnd(ctx, cancel, c.client, ends)
+	return ctx, cancel, nil
+}
+
+// startWorkers starts Config.MaxInFlight workers, which live as long as Run: a goroutine per
+// turn would grow a fresh stack for every record (JSON decoding is deep), which cost more than
+// the rest of a fast turn. The returned func stops them.
+func (c *Consumer) startWorkers() func() {
+	stop := make(chan struct{})
+	for range c.cfg.MaxInFlight {
+		go c.worker(stop)
+	}
+	return func() { close(stop) }
+}
+
+// serveGroup consumes the requests topic in the group until ctx ends, rejoining after a
+// session ends on an error, then leaves the group (bounded: against a hung broker it would
+// wait out network timeouts) and returns Run's error.
+func (c *Consumer) serveGroup(ctx context.Context, group sarama.ConsumerGroup) error {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for err := range group.Errors() {
@@ -331,7 +348,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 		bo.Reset()
 	}
-	// Leaving the group moves the partitions at once; against a hung broker it is bounded.
+	var err error
 	if !within(commitTimeout, func() { err = group.Close() }) {
 		c.log.Warn("leaving the consumer group did not finish in time; continuing", "timeout", commitTimeout.String())
 		c.shutdownFailed(fmt.Errorf("leaving the group did not finish within %s", commitTimeout))
@@ -347,7 +364,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 // runErr is Run's error: the transactional producer's failure (txn.go), if any, and the
 // shutdown's.
 func (c *Consumer) runErr() error {
-	if err := c.txn.error(); err != nil {
+	if err := c.sink.err(); err != nil {
 		return errors.Join(err, c.shutdownErr())
 	}
 	return c.shutdownErr()

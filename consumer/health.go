@@ -240,10 +240,10 @@ func (c *Consumer) commitMarks(sess sarama.ConsumerGroupSession) bool {
 func (p *partition) marked() int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.lastDone < 0 || p.abandoned {
-		return -1
+	if last := p.w.LastDone(); last >= 0 && !p.abandoned {
+		return last + 1
 	}
-	return p.lastDone + 1
+	return -1
 }
 
 // reason says why a partition is paused: PauseReasonRateLimit, PauseReasonBackpressure, or

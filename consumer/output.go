@@ -61,14 +61,10 @@ type output struct {
 	mu      sync.RWMutex  // send (read) against close (write): Input is closed by AsyncClose
 	closed  bool
 	done    chan struct{} // the ack loop ended
-
-	txn *txn // transactional mode: acknowledgements go to the transaction (txn.go)
 }
 
 func newOutput(producer sarama.AsyncProducer, log *slog.Logger) *output {
-	o := &output{producer: producer, log: log, closing: make(chan struct{}), done: make(chan struct{})}
-	go o.acks()
-	return o
+	return &output{producer: producer, log: log, closing: make(chan struct{}), done: make(chan struct{})}
 }
 
 // send hands ob to the producer; false when the producer is closing.
@@ -97,9 +93,9 @@ func (o *output) close() {
 	<-o.done
 }
 
-// acks routes each acknowledgement or failure to the outbound's partition until the
-// producer's channels close.
-func (o *output) acks() {
+// acks routes each acknowledgement or failure to the sink until the producer's channels
+// close.
+func (o *output) acks(s sink) {
 	defer close(o.done)
 	succ, errs := o.producer.Successes(), o.producer.Errors()
 	for succ != nil || errs != nil {
@@ -110,11 +106,7 @@ func (o *output) acks() {
 				continue
 			}
 			if ob, ok := m.Metadata.(*outbound); ok {
-				if o.txn != nil {
-					o.txn.ack(ob, nil)
-					continue
-				}
-				ob.p.delivered(ob)
+				s.acked(ob, nil)
 			}
 		case e, ok := <-errs:
 			if !ok {
@@ -122,11 +114,7 @@ func (o *output) acks() {
 				continue
 			}
 			if ob, ok := e.Msg.Metadata.(*outbound); ok {
-				if o.txn != nil {
-					o.txn.ack(ob, e.Err)
-					continue
-				}
-				ob.p.failed(ob, e.Err)
+				s.acked(ob, e.Err)
 			}
 		}
 	}
@@ -187,15 +175,6 @@ func (p *partition) failed(ob *outbound, err error) {
 		}
 		p.resend(ob)
 	}()
-}
-
-// unsent gives up on publishing a sending record (the partition closed): it stays below the
-// watermark for the next owner.
-func (p *partition) unsent() {
-	p.mu.Lock()
-	p.sending--
-	p.mu.Unlock()
-	wake(p.wakeDrain)
 }
 
 // replacement returns what to publish instead of a refused outbound, or nil when nothing can.

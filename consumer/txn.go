@@ -9,6 +9,8 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/google/uuid"
+
+	"github.com/turnstile-go/turnstile/consumer/internal/window"
 )
 
 // Defaults of Transactional.
@@ -158,16 +160,16 @@ type txn struct {
 	ctx      context.Context         // Run's
 	cancel   context.CancelCauseFunc // ends Run when the producer is fenced
 
-	mu   sync.RWMutex
-	dead bool  // fenced, failed or closed: nothing is sent or committed any more
-	err  error // why, when fenced or failed
+	mu      sync.RWMutex
+	dead    bool  // fenced, failed or closed: nothing is sent or committed any more
+	failure error // why, when fenced or failed
 
 	bmu     sync.Mutex
 	open    bool                // BeginTxn was called and the transaction not yet ended
 	batch   []*outbound         // outcomes in the open transaction, in send order
 	pending int                 // messages sent and not yet acknowledged
 	errs    map[*outbound]error // publish errors in the open transaction
-	acked   chan struct{}       // pending went down
+	ackCh   chan struct{}       // pending went down
 
 	full chan struct{} // the batch reached MaxRecords
 	stop chan struct{}
@@ -178,7 +180,7 @@ type txn struct {
 
 func newTxn(ctx context.Context, c *Consumer, producer sarama.AsyncProducer, cancel context.CancelCauseFunc) *txn {
 	t := &txn{c: c, producer: producer, ctx: ctx, cancel: cancel, errs: map[*outbound]error{},
-		acked: make(chan struct{}, 1), full: make(chan struct{}, 1),
+		ackCh: make(chan struct{}, 1), full: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{}), beforeCommit: c.txnHook}
 	go t.loop()
 	return t
@@ -198,16 +200,10 @@ func (t *txn) stage(r *record, ob *outbound) {
 	defer p.stage.Unlock()
 	p.mu.Lock()
 	r.staged = ob
-	var ready []*outbound
-	for _, w := range p.window {
-		if w.state == recDone || w.sent {
-			continue
-		}
-		if w.staged == nil {
-			break
-		}
-		ready = append(ready, w.staged)
-		w.staged, w.sent = nil, true
+	released := p.w.Stage(&r.slot)
+	ready := make([]*outbound, len(released))
+	for i, slot := range released {
+		ready[i], slot.Value.staged = slot.Value.staged, nil
 	}
 	p.mu.Unlock()
 	for _, ob := range ready {
@@ -215,6 +211,36 @@ func (t *txn) stage(r *record, ob *outbound) {
 			ob.p.unsent()
 		}
 	}
+}
+
+// deliver stages r's outcome (sink): it joins the transaction in offset order, and r stays
+// sending until the transaction commits. A turn that publishes nothing joins it too, with an
+// outbound of kind outNothing, for its offset only.
+func (t *txn) deliver(r *record, ob *outbound) {
+	if ob == nil {
+		ob = &outbound{p: r.p, r: r, kind: outNothing}
+	}
+	r.p.send(r, ob, func(ob *outbound) bool {
+		t.stage(r, ob)
+		return true // staged: the transaction sends it, or leaves it to the next owner
+	})
+}
+
+// acked takes the producer's acknowledgement for the open transaction (sink; ack).
+func (t *txn) acked(ob *outbound, err error) { t.ack(ob, err) }
+
+// advanced does nothing (sink): a record's offset commits with its transaction.
+func (*txn) advanced(*partition) {}
+
+// filled commits the transaction at once (sink): a full window's records are done only at
+// commit.
+func (t *txn) filled() { wake(t.full) }
+
+// exclusive runs f between commits (sink).
+func (t *txn) exclusive(f func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	f()
 }
 
 // send puts an outcome in the open transaction; false when the member is fenced or closing.
@@ -282,7 +308,7 @@ func (t *txn) ack(ob *outbound, err error) {
 		t.errs[ob] = err
 	}
 	t.bmu.Unlock()
-	wake(t.acked)
+	wake(t.ackCh)
 }
 
 // waitAcks waits until every message sent in the open transaction is acknowledged or failed;
@@ -296,7 +322,7 @@ func (t *txn) waitAcks() bool {
 			return true
 		}
 		select {
-		case <-t.acked:
+		case <-t.ackCh:
 		case <-t.stop:
 			return false
 		}
@@ -373,24 +399,32 @@ func (t *txn) commit() bool {
 			t.committed()
 			return true
 		}
-		if fatal(err, t.producer) {
-			return t.fail(err)
-		}
-		t.c.log.Warn("transaction aborted; sending its outcomes again", "err", err, "outcomes", len(t.batch), "attempt", attempt+1)
-		if aerr := t.producer.AbortTxn(); aerr != nil {
-			return t.fail(fmt.Errorf("abort after %w: %w", err, aerr))
-		}
-		if !t.waitAcks() {
-			return false
-		}
-		t.open = false
-		if attempt > 0 && !sleep(t.ctx, min(t.c.cfg.RetryBackoff<<min(attempt, 6), t.c.cfg.MaxRetryBackoff)) {
-			return t.fail(errors.New("shutdown while retrying a transaction"))
-		}
-		if !t.resend() {
+		if !t.abortAndResend(err, attempt) {
 			return false
 		}
 	}
+}
+
+// abortAndResend aborts the open transaction after err and sends its outcomes again in a new
+// one, after a backoff from the second attempt on. False when the producer failed for good (a
+// fatal err, an abort that failed, a shutdown during the backoff) or is closing. Called with
+// mu held.
+func (t *txn) abortAndResend(err error, attempt int) bool {
+	if fatal(err, t.producer) {
+		return t.fail(err)
+	}
+	t.c.log.Warn("transaction aborted; sending its outcomes again", "err", err, "outcomes", len(t.batch), "attempt", attempt+1)
+	if aerr := t.producer.AbortTxn(); aerr != nil {
+		return t.fail(fmt.Errorf("abort after %w: %w", err, aerr))
+	}
+	if !t.waitAcks() {
+		return false
+	}
+	t.open = false
+	if attempt > 0 && !sleep(t.ctx, min(t.c.cfg.RetryBackoff<<min(attempt, 6), t.c.cfg.MaxRetryBackoff)) {
+		return t.fail(errors.New("shutdown while retrying a transaction"))
+	}
+	return t.resend()
 }
 
 // fatal reports an error after which the producer must not be used: fenced by a newer
@@ -418,19 +452,8 @@ func (t *txn) offsets() (map[string][]*sarama.PartitionOffsetMetadata, *sarama.C
 			return nil, nil, errAbandoned
 		}
 		p.mu.Lock()
-		// The watermark: the lowest record neither done nor in the transaction. A window's
-		// head that is neither keeps the offset where it is (its own: lastDone is -1 on a
-		// fresh claim, and offset 0 would rewind the group).
-		next := p.lastDone + 1
-		if len(p.window) > 0 {
-			next = p.window[0].msg.Offset
-		}
-		for _, r := range p.window {
-			if r.state != recDone && !recs[r] {
-				break
-			}
-			next = r.msg.Offset + 1
-		}
+		// The watermark as if the transaction's records were done (window.Window.Watermark).
+		next, _ := p.watermark(func(slot *window.Record[*record]) bool { return recs[slot.Value] })
 		p.mu.Unlock()
 		offsets[p.t.topic] = append(offsets[p.t.topic], &sarama.PartitionOffsetMetadata{Partition: p.t.partition, Offset: next})
 		sess = p.sess // one session: those of ended sessions were released above
@@ -518,18 +541,18 @@ func (t *txn) resend() bool {
 // with mu held.
 func (t *txn) fail(err error) bool {
 	t.dead = true
-	t.err = fmt.Errorf("%w: %w", ErrFenced, err)
+	t.failure = fmt.Errorf("%w: %w", ErrFenced, err)
 	t.c.log.Error("transactional producer fenced or failed; the member stops and commits nothing more", "err", err)
 	for _, ob := range t.batch {
 		ob.p.unsent()
 	}
 	t.batch = nil
-	t.cancel(t.err)
+	t.cancel(t.failure)
 	return false
 }
 
 // close stops the loop and aborts a transaction left open (its outcomes belong to released
-// partitions). Called by Run once every claim has returned, before the producer closes.
+// partitions). Called by Run once every claim has returned, before the producer closes (sink).
 func (t *txn) close() {
 	close(t.stop)
 	<-t.done
@@ -543,12 +566,9 @@ func (t *txn) close() {
 	t.dead = true
 }
 
-// error returns why the producer was fenced or failed, nil otherwise.
-func (t *txn) error() error {
-	if t == nil {
-		return nil
-	}
+// err returns why the producer was fenced or failed, nil otherwise (sink).
+func (t *txn) err() error {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	return t.err
+	return t.failure
 }
