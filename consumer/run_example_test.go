@@ -139,7 +139,9 @@ func ExampleReplay() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := c.Run(context.Background()); err != nil { // returns at the end of the recording
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if err := c.Run(ctx); err != nil { // returns at the end of the recording
 		log.Fatal(err)
 	}
 	for _, res := range readValues(kafka.ListenAddrs(), "replay.results", 2, sarama.ReadUncommitted) {
@@ -187,9 +189,7 @@ func ExampleConsumer_Health() {
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
-	for !c.Health().Ready() {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitUntil("the member is ready", func() bool { return c.Health().Ready() })
 	probe()
 	stop()
 	if err := <-done; err != nil {
@@ -263,6 +263,15 @@ func startKafka(topics ...string) *kfake.Cluster {
 		log.Fatal(err)
 	}
 	return cluster
+}
+
+// waitUntil polls cond for up to a minute.
+func waitUntil(what string, cond func() bool) {
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			log.Fatalf("%s: not within a minute", what)
+		}
+	}
 }
 
 // readValues reads the first n results of topic's partition 0.

@@ -118,9 +118,7 @@ func ExampleRedrive() {
 	defer client.Close()
 	produce(client, "6f1b7c1e-2d8f-4a53-9c1e-0f6f3a3c2b10", "please refund order A-1")
 	produce(client, "0b9c4f4e-8a1d-4c55-9d7e-1f2a3b4c5d6e", "where is my parcel?")
-	for c.Stats().Records < 2 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitUntil(func() bool { return c.Stats().Records == 2 }) // one answered, one dead-lettered
 
 	fixed.Store(true) // the fix is deployed
 	letters, err := deadletter.Read(ctx, client, "agent.requests.dlq", deadletter.Filter{Reason: "bug 42"})
@@ -139,9 +137,7 @@ func ExampleRedrive() {
 		for _, o := range outcomes {
 			fmt.Println(o.Letter.RequestID, o.Action, o.Err)
 		}
-		for c.Stats().Results < 2 { // the re-driven request is answered
-			time.Sleep(10 * time.Millisecond)
-		}
+		waitUntil(func() bool { return c.Stats().Results == 2 }) // the re-driven request is answered
 	}
 
 	stop()
@@ -155,6 +151,15 @@ func ExampleRedrive() {
 	// 6f1b7c1e-2d8f-4a53-9c1e-0f6f3a3c2b10 redriven <nil>
 	// 6f1b7c1e-2d8f-4a53-9c1e-0f6f3a3c2b10 skipped: done <nil>
 	// results 2, dead letters 1
+}
+
+// waitUntil polls cond for up to a minute.
+func waitUntil(cond func() bool) {
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			log.Fatal("not within a minute")
+		}
+	}
 }
 
 // produce sends a request of conversation c-7731 to agent.requests, keyed by its conversation.
