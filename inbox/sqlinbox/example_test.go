@@ -3,6 +3,7 @@ package sqlinbox_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log"
 
@@ -50,4 +51,29 @@ func Example() {
 	// new attempt 1
 	// in_progress attempt 2
 	// done attempt 2 {"text":"done"}
+}
+
+// New sizes the pool for the turns that run at once (Options.Concurrency, the consumer's
+// MaxInFlight), and refuses a pool whose MaxOpenConns cannot serve them.
+func ExampleNew_concurrency() {
+	db, err := sql.Open("sqlite", "file:example-pool?mode=memory&cache=shared&_pragma=busy_timeout(5000)")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(8)
+
+	_, err = sqlinbox.New(db, sqlinbox.SQLite, sqlinbox.Options{Concurrency: 16})
+	fmt.Println(errors.Is(err, sqlinbox.ErrPoolTooSmall))
+	fmt.Println(err)
+
+	ib, err := sqlinbox.New(db, sqlinbox.SQLite, sqlinbox.Options{Concurrency: 8})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(ib.CheckConcurrency(8), ib.CheckConcurrency(64) != nil)
+	// Output:
+	// true
+	// sqlinbox: the *sql.DB's connection pool is smaller than the concurrency: MaxOpenConns is 8, the concurrency 16 (raise it with db.SetMaxOpenConns, or lower the concurrency)
+	// <nil> true
 }
