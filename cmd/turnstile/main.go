@@ -35,6 +35,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/turnstile-go/turnstile/internal/sqldialect"
 )
 
 // Exit codes.
@@ -47,7 +49,7 @@ const (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
 	stop()
 	os.Exit(code)
 }
@@ -104,17 +106,19 @@ var commands = []command{
 	{"replay", replayUsage, replayCmd},
 	{"lag", lagUsage, lagCmd},
 	{"migrate", migrateUsage, migrateCmd},
+	{"size", sizeUsage, sizeCmd},
 }
 
-// env is what a command writes to.
+// env is what a command writes to and reads its flags' environment variables from.
 type env struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
+	flags          *flags // the command's flag set, once it made it
 }
 
-// run runs the command line args and returns the exit code.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	e := &env{stdout: stdout, stderr: stderr, getenv: os.Getenv}
+// run runs the command line args with the environment getenv and returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	e := &env{stdout: stdout, stderr: stderr, getenv: getenv}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stdout, topUsage)
 		if len(args) == 0 {
@@ -146,6 +150,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitNotFound
 	}
 	fmt.Fprintf(stderr, "turnstile %s: %v\n", cmd.name, err)
+	if e.flags != nil && e.flags.prefix != nil && sqldialect.IsMissingTable(err) {
+		fmt.Fprintf(stderr, "hint: a table is missing under the table prefix %q: give the service's prefix with --table-prefix (or %s), "+
+			"or create the tables with 'turnstile migrate'\n", *e.flags.prefix, envName("table-prefix"))
+	}
 	return exitFailed
 }
 
