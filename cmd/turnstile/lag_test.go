@@ -44,6 +44,23 @@ func TestLagReportsOffsetFetchErrors(t *testing.T) {
 	require.ErrorContains(t, err, topic+"/1")
 }
 
+// A group with no committed offset on the topic (a mistyped --group) is not found, and says
+// so, instead of printing the whole topic as its lag.
+func TestLagGroupWithoutOffsets(t *testing.T) {
+	t.Parallel()
+	kc := turntest.NewCluster(t, turntest.Options{})
+	topic := kc.CreateTopic(t, "requests", 2)
+	kc.ProduceTo(t, topic, 0, "c-1", []byte("x"), nil)
+	code, out, errOut := cli(t, "lag", "--brokers="+kc.BrokerList(), "--group=nope", "--topic="+topic)
+	require.Equal(t, exitNotFound, code, "stdout: %s\nstderr: %s", out, errOut)
+	require.NotZero(t, code)
+	require.Contains(t, errOut, `group "nope" has no committed offsets on topic "`+topic+`"`)
+	require.Empty(t, out, "no lag table for a group that is not there")
+	code, out, _ = cli(t, "lag", "--brokers="+kc.BrokerList(), "--group=nope", "--topic="+topic, "--json")
+	require.Equal(t, exitNotFound, code)
+	require.Empty(t, out)
+}
+
 // A partition whose last offsets are transaction markers (two transactional producers
 // committing in turn: R_A R_B COMMIT_A COMMIT_B) is read far enough back to find its records;
 // a sandbox topic written by replay passes.
