@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
@@ -12,11 +13,14 @@ import (
 )
 
 const dlqListUsage = `
-Lists the dead letters of a dead-letter topic, from its oldest record to its end: when,
-request id, attempts, source (topic/partition/offset), age and reason.
+Lists the dead letters of a dead-letter topic, oldest first (by the time each was
+dead-lettered, across partitions): time, conversation, request id, attempts, age, source
+(topic/partition/offset of the request), the dead letter's own topic/partition/offset (for
+dlq show) and reason.
 
 Examples:
   turnstile dlq list --brokers kafka:9092 --topic agent.requests.dlq
+  turnstile dlq list --brokers kafka:9092 --topic agent.requests.dlq --conversation c-7731
   turnstile dlq list --brokers kafka:9092 --topic agent.requests.dlq --reason "bug 42" --since 24h
   turnstile dlq list --brokers kafka:9092 --topic agent.requests.dlq --request-id 0b9c... --json
 `
@@ -45,16 +49,44 @@ Examples:
       --db sqlite:/var/lib/agent/turnstile.db --request-id 0b9c6f55-... --dry-run
 `
 
+// letterFilter is what the dead-letter flags select: deadletter.Filter's fields, and a
+// conversation.
+type letterFilter struct {
+	deadletter.Filter
+	// conversation, when set, is the conversation id to match exactly: the dead letter's
+	// conversation header, or its key when the request did not decode.
+	conversation string
+}
+
+func (f letterFilter) match(l deadletter.Letter) bool {
+	return f.conversation == "" || conversationOf(l) == f.conversation
+}
+
+func (f letterFilter) empty() bool {
+	d := f.Filter
+	return f.conversation == "" && d.RequestID == "" && d.Reason == "" && d.SourcePartition == nil && d.SourceOffset == nil &&
+		d.Partition == nil && d.Offset == nil && d.Since.IsZero() && d.Until.IsZero()
+}
+
+// conversationOf is a dead letter's conversation: its header, or its key (the conversation
+// id) when the request did not decode.
+func conversationOf(l deadletter.Letter) string {
+	if l.ConversationID != "" {
+		return l.ConversationID
+	}
+	return printable(l.Key)
+}
+
 // filterFlags adds the dead-letter filters to f.
-func filterFlags(f *flags) func() deadletter.Filter {
+func filterFlags(f *flags) func() letterFilter {
 	var (
-		filter          deadletter.Filter
-		srcPart, part   optInt32
-		srcOff, off     optInt64
-		since, until    timeFlag
-		requestID, what string
+		srcPart, part         optInt32
+		srcOff, off           optInt64
+		since, until          timeFlag
+		requestID, what, conv string
 	)
 	f.StringVar(&requestID, "request-id", "", "only the dead letters of this request id")
+	f.StringVar(&conv, "conversation", "", "only the dead letters of this conversation id")
 	f.StringVar(&what, "reason", "", "only the dead letters whose reason contains this text")
 	f.Var(&srcPart, "source-partition", "only those whose request came from this partition")
 	f.Var(&srcOff, "source-offset", "only those whose request came from this offset")
@@ -62,21 +94,16 @@ func filterFlags(f *flags) func() deadletter.Filter {
 	f.Var(&off, "offset", "only the dead letter at this offset of the dead-letter topic")
 	f.Var(&since, "since", "only those dead-lettered at or after this time (RFC 3339, or a duration ago: 24h)")
 	f.Var(&until, "until", "only those dead-lettered before this time (RFC 3339, or a duration ago)")
-	return func() deadletter.Filter {
-		filter = deadletter.Filter{RequestID: requestID, Reason: what, SourcePartition: srcPart.v, SourceOffset: srcOff.v,
-			Partition: part.v, Offset: off.v, Since: since.t, Until: until.t}
-		return filter
+	return func() letterFilter {
+		return letterFilter{Filter: deadletter.Filter{RequestID: requestID, Reason: what, SourcePartition: srcPart.v,
+			SourceOffset: srcOff.v, Partition: part.v, Offset: off.v, Since: since.t, Until: until.t}, conversation: conv}
 	}
 }
 
-func empty(f deadletter.Filter) bool {
-	return f.RequestID == "" && f.Reason == "" && f.SourcePartition == nil && f.SourceOffset == nil &&
-		f.Partition == nil && f.Offset == nil && f.Since.IsZero() && f.Until.IsZero()
-}
-
 // readLetters parses the dlq flags, checks them with check (nil: no check beyond --topic)
-// before it connects, and reads the dead letters they select.
-func readLetters(ctx context.Context, f *flags, topic *string, filter func() deadletter.Filter, check func(deadletter.Filter) error, args []string) ([]deadletter.Letter, func(), error) {
+// before it connects, and reads the dead letters they select, in time order (dead-letter
+// time, then partition and offset).
+func readLetters(ctx context.Context, f *flags, topic *string, filter func() letterFilter, check func(letterFilter) error, args []string) ([]deadletter.Letter, func(), error) {
 	if err := f.parse(args); err != nil {
 		return nil, nil, err
 	}
@@ -95,11 +122,13 @@ func readLetters(ctx context.Context, f *flags, topic *string, filter func() dea
 	}
 	ctx, cancel := context.WithTimeout(ctx, *f.timeout)
 	defer cancel()
-	letters, err := deadletter.Read(ctx, client, *topic, fl)
+	letters, err := deadletter.Read(ctx, client, *topic, fl.Filter)
 	if err != nil {
 		client.Close()
 		return nil, nil, err
 	}
+	letters = slices.DeleteFunc(letters, func(l deadletter.Letter) bool { return !fl.match(l) })
+	slices.SortStableFunc(letters, func(a, b deadletter.Letter) int { return a.Timestamp.Compare(b.Timestamp) })
 	return letters, func() { client.Close() }, nil
 }
 
@@ -131,7 +160,7 @@ func kindLabel(k turn.Kind) string {
 }
 
 func toJSON(l deadletter.Letter, full bool) letterJSON {
-	j := letterJSON{ID: l.ID(), Time: l.Timestamp.UTC(), RequestID: l.RequestID, ConversationID: l.ConversationID,
+	j := letterJSON{ID: l.ID(), Time: l.Timestamp.UTC(), RequestID: l.RequestID, ConversationID: conversationOf(l),
 		Reason: l.Reason, Error: l.Error, Attempts: l.Attempts, Source: source(l), Kind: kindLabel(l.Kind),
 		AgeSeconds: int64(time.Since(l.Timestamp) / time.Second), ValueDropped: l.ValueDropped}
 	if full {
@@ -171,6 +200,14 @@ func age(t time.Time) string {
 	return d.String()
 }
 
+// orDash is s, or "-" when s is empty, for a table cell.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
 func clipText(s string, n int) string {
 	if len(s) <= n {
 		return s
@@ -195,9 +232,10 @@ func dlqList(ctx context.Context, e *env, args []string) error {
 		return printJSON(e.stdout, out)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "DEAD LETTER\tREQUEST ID\tATTEMPTS\tSOURCE\tAGE\tREASON")
+	fmt.Fprintln(tw, "TIME\tCONVERSATION\tREQUEST ID\tATTEMPTS\tAGE\tSOURCE\tDEAD LETTER\tREASON")
 	for _, l := range letters {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", l.ID(), l.RequestID, l.Attempts, source(l), age(l.Timestamp), clipText(l.Reason, 100))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", l.Timestamp.UTC().Format(time.RFC3339), orDash(conversationOf(l)),
+			orDash(l.RequestID), l.Attempts, age(l.Timestamp), source(l), l.ID(), clipText(l.Reason, 100))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -210,7 +248,7 @@ func dlqShow(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "dlq show", dlqShowUsage).withKafka().withJSON()
 	topic := f.String("topic", "", "the dead-letter topic (required)")
 	filter := filterFlags(f)
-	letters, done, err := readLetters(ctx, f, topic, filter, func(fl deadletter.Filter) error {
+	letters, done, err := readLetters(ctx, f, topic, filter, func(fl letterFilter) error {
 		if fl.RequestID == "" && (fl.Partition == nil || fl.Offset == nil) {
 			return usagef("give --request-id, or --partition and --offset")
 		}
@@ -264,12 +302,12 @@ func dlqRedrive(ctx context.Context, e *env, args []string) error {
 	all := f.Bool("all", false, "re-drive every dead letter of the topic (without a filter)")
 	dry := f.Bool("dry-run", false, "list what would be re-driven and change nothing")
 	filter := filterFlags(f)
-	letters, done, err := readLetters(ctx, f, topic, filter, func(fl deadletter.Filter) error {
+	letters, done, err := readLetters(ctx, f, topic, filter, func(fl letterFilter) error {
 		switch {
-		case empty(fl) && !*all:
+		case fl.empty() && !*all:
 			return usagef("give a filter (--request-id, --reason, ...) or --all")
 		case *f.db == "" && !*dry:
-			return usagef("--db (or TURNSTILE_DB) is required: the inbox entries are re-driven there")
+			return usagef("--db (or %s) is required: the inbox entries are re-driven there", envName("db"))
 		}
 		return nil
 	}, args)

@@ -36,15 +36,34 @@ type flags struct {
 	timeout *time.Duration
 }
 
-// newFlags makes the flag set of a command; its usage is usage followed by the flags.
+// envPrefix starts the name of every flag's environment variable: --table-prefix is also
+// TURNSTILE_TABLE_PREFIX.
+const envPrefix = "TURNSTILE_"
+
+// envName is the environment variable of the flag name: TURNSTILE_ and the name in upper
+// case, dashes as underscores.
+func envName(name string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+// newFlags makes the flag set of a command; its usage is usage followed by the flags, each
+// with its environment variable. It becomes e's current flag set, which run reads for the
+// hints it adds to an error.
 func newFlags(e *env, name, usage string) *flags {
 	fs := flag.NewFlagSet("turnstile "+name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	f := &flags{FlagSet: fs, e: e, name: name}
+	e.flags = f
 	f.timeout = fs.Duration("timeout", 30*time.Second, "give up after this long (a Go duration: 30s, 2m)")
 	fs.Usage = func() {
-		fmt.Fprintf(e.stdout, "Usage: turnstile %s [flags]\n\n%s\nFlags:\n", name, strings.TrimSpace(usage)+"\n")
+		fmt.Fprintf(e.stdout, "Usage: turnstile %s [flags]\n\n%s\nFlags (each also from its environment variable; the command line wins):\n",
+			name, strings.TrimSpace(usage)+"\n")
 		fs.SetOutput(e.stdout)
+		fs.VisitAll(func(fl *flag.Flag) {
+			if env := " [$" + envName(fl.Name) + "]"; !strings.HasSuffix(fl.Usage, env) {
+				fl.Usage += env
+			}
+		})
 		fs.PrintDefaults()
 		fs.SetOutput(io.Discard)
 	}
@@ -52,13 +71,13 @@ func newFlags(e *env, name, usage string) *flags {
 }
 
 func (f *flags) withKafka() *flags {
-	f.brokers = f.String("brokers", f.e.getenv("TURNSTILE_BROKERS"), "Kafka bootstrap brokers, host:port,host:port (default $TURNSTILE_BROKERS)")
+	f.brokers = f.String("brokers", "", "Kafka bootstrap brokers, host:port,host:port")
 	return f
 }
 
 func (f *flags) withDB() *flags {
-	f.db = f.String("db", f.e.getenv("TURNSTILE_DB"), "the stores' database: postgres://user@host:5432/db or sqlite:/path/file.db (default $TURNSTILE_DB)")
-	f.prefix = f.String("table-prefix", sqlinbox.DefaultTablePrefix, "the stores' table prefix (Options.TablePrefix)")
+	f.db = f.String("db", "", "the stores' database: postgres://user@host:5432/db or sqlite:/path/file.db")
+	f.prefix = f.String("table-prefix", sqlinbox.DefaultTablePrefix, "the stores' table prefix, as the service's Options.TablePrefix")
 	return f
 }
 
@@ -72,10 +91,24 @@ func (f *flags) withJSON() *flags {
 	return f
 }
 
-// parse parses args; --help prints the usage and returns errHelp. A bad flag is a usage error
-// of one line (the flag package would print the whole usage with it). Positional arguments
-// are refused.
+// parse sets each flag from its environment variable (envName) when that is set and not
+// empty, then parses args, which win; --help prints the usage and returns errHelp. A bad flag
+// or environment value is a usage error of one line (the flag package would print the whole
+// usage with it). Positional arguments are refused.
 func (f *flags) parse(args []string) error {
+	var envErr error
+	f.VisitAll(func(fl *flag.Flag) {
+		v := f.e.getenv(envName(fl.Name))
+		if v == "" || envErr != nil {
+			return
+		}
+		if err := f.Set(fl.Name, v); err != nil {
+			envErr = usagef("invalid value %q in %s (--%s): %v", v, envName(fl.Name), fl.Name, err)
+		}
+	})
+	if envErr != nil {
+		return envErr
+	}
 	usage := f.Usage
 	f.Usage = func() {}
 	err := f.Parse(args)
@@ -106,7 +139,7 @@ func (f *flags) require(names ...string) error {
 // kafka opens a client to --brokers.
 func (f *flags) kafka() (sarama.Client, error) {
 	if *f.brokers == "" {
-		return nil, usagef("--brokers (or TURNSTILE_BROKERS) is required")
+		return nil, usagef("--brokers (or %s) is required", envName("brokers"))
 	}
 	var brokers []string
 	for _, b := range strings.Split(*f.brokers, ",") {
@@ -137,7 +170,7 @@ func (f *flags) database() (*sql.DB, sqlinbox.Dialect, error) {
 	)
 	switch {
 	case dsn == "":
-		return nil, "", usagef("--db (or TURNSTILE_DB) is required")
+		return nil, "", usagef("--db (or %s) is required", envName("db"))
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
 		driver, dialect = "pgx", sqlinbox.PostgreSQL
 	case strings.HasPrefix(dsn, "sqlite:"):

@@ -1,29 +1,41 @@
 // Command turnstile is the operator's tool for a service built on turnstile: it lists, shows
 // and re-drives dead letters, reads and purges the inbox, shows and deletes sessions, copies
-// recorded requests into a sandbox topic for a replay, reports a consumer group's lag, and
-// migrates the stores' schema.
+// recorded requests into a sandbox topic for a replay, reports a consumer group's lag,
+// migrates the stores' schema, and sizes a service (turns in flight, members, partitions).
 //
 // Usage:
 //
 //	turnstile <command> <subcommand> [flags]
 //
-//	dlq list        list dead letters (reason, attempts, source, age), as a table or JSON
+//	dlq list        list dead letters oldest first (time, conversation, request id, attempts,
+//	                age, source, reason), as a table or JSON; --conversation filters
 //	dlq show        show one dead letter with its headers and value
 //	dlq redrive     re-drive dead letters: inbox entries runnable again, requests published again
 //	inbox get       show a request's inbox entry
 //	inbox purge     delete done and dead inbox entries older than a horizon
-//	session show    show a session's state and recent events
-//	session delete  delete a session, all sessions of a user, or sessions idle for too long
-//	replay          copy recorded requests into a sandbox requests topic
-//	lag             committed offset, end offset and lag per partition for a group
+//	session show    show a session's state and recent events, by conversation (and user)
+//	session delete  delete a session, all sessions of a user, or sessions idle for too long;
+//	                --dry-run lists them
+//	replay          copy recorded requests into a sandbox requests topic; it refuses a
+//	                production topic, and a copy the sandbox already holds
+//	lag             committed offset, end offset and lag per partition for a group; a group
+//	                with no committed offset on the topic is not found
 //	migrate         create or upgrade the session and inbox tables
+//	size            turns in flight (Little's law), members and partitions for a turn time
+//	                and a rate, as a table and a PNG or SVG plot
 //
-// Every command takes --help. Kafka is reached at --brokers (or TURNSTILE_BROKERS), the
-// database at --db (or TURNSTILE_DB): postgres://... for PostgreSQL, sqlite:PATH for SQLite.
+// Every command takes --help. Every flag is also read from an environment variable named
+// TURNSTILE_ and the flag in upper case with underscores (--table-prefix is
+// TURNSTILE_TABLE_PREFIX), which --help names; the command line wins. Kafka is reached at
+// --brokers, the database at --db: postgres://... for PostgreSQL, sqlite:PATH for SQLite. A
+// table that is not there (another --table-prefix than the service's, or no migrate yet)
+// gets a hint naming --table-prefix and its variable. --json output is snake_case, like
+// turnstile's records.
 //
 // Exit codes: 0 done; 1 the command failed (an unreachable broker or database, a broker or
 // database error, a dead letter not re-driven); 2 a usage error (unknown command, bad or
-// missing flag); 3 not found (the entry, session or dead letter asked for is not there).
+// missing flag, a replay refused); 3 not found (the entry, session or dead letter asked for
+// is not there, a group without committed offsets).
 package main
 
 import (
@@ -35,6 +47,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/turnstile-go/turnstile/internal/sqldialect"
 )
 
 // Exit codes.
@@ -47,7 +61,7 @@ const (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
 	stop()
 	os.Exit(code)
 }
@@ -68,20 +82,22 @@ Usage:
   turnstile <command> [<subcommand>] [flags]
 
 Commands:
-  dlq list        list dead letters (reason, attempts, source, age), as a table or JSON
+  dlq list        list dead letters oldest first (time, conversation, request id, reason), as a table or JSON
   dlq show        show one dead letter with its headers and value
   dlq redrive     re-drive dead letters: inbox entries runnable again, requests published again
   inbox get       show a request's inbox entry
   inbox purge     delete done and dead inbox entries older than a horizon
-  session show    show a session's state and recent events
-  session delete  delete a session, all sessions of a user, or sessions idle for too long
+  session show    show a session's state and recent events, by conversation (and user)
+  session delete  delete a session, all sessions of a user, or sessions idle for too long (--dry-run lists them)
   replay          copy recorded requests into a sandbox requests topic
   lag             committed offset, end offset and lag per partition for a consumer group
   migrate         create or upgrade the session and inbox tables
+  size            turns in flight, members and partitions for a turn time and a rate, with a plot
 
 Run 'turnstile <command> [<subcommand>] --help' for a command's flags and examples.
-Kafka: --brokers or TURNSTILE_BROKERS. Database: --db or TURNSTILE_DB
-(postgres://user@host:5432/db or sqlite:/path/to/file.db).
+Every flag also comes from an environment variable: --brokers from TURNSTILE_BROKERS, --db from
+TURNSTILE_DB (postgres://user@host:5432/db or sqlite:/path/to/file.db), --table-prefix from
+TURNSTILE_TABLE_PREFIX, and so on; the command line wins.
 
 Exit codes: 0 done, 1 failed, 2 usage error, 3 not found.
 `
@@ -104,17 +120,19 @@ var commands = []command{
 	{"replay", replayUsage, replayCmd},
 	{"lag", lagUsage, lagCmd},
 	{"migrate", migrateUsage, migrateCmd},
+	{"size", sizeUsage, sizeCmd},
 }
 
-// env is what a command writes to.
+// env is what a command writes to and reads its flags' environment variables from.
 type env struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
+	flags          *flags // the command's flag set, once it made it
 }
 
-// run runs the command line args and returns the exit code.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	e := &env{stdout: stdout, stderr: stderr, getenv: os.Getenv}
+// run runs the command line args with the environment getenv and returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	e := &env{stdout: stdout, stderr: stderr, getenv: getenv}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stdout, topUsage)
 		if len(args) == 0 {
@@ -146,6 +164,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitNotFound
 	}
 	fmt.Fprintf(stderr, "turnstile %s: %v\n", cmd.name, err)
+	if e.flags != nil && e.flags.prefix != nil && sqldialect.IsMissingTable(err) {
+		fmt.Fprintf(stderr, "hint: a table is missing under the table prefix %q: give the service's prefix with --table-prefix (or %s), "+
+			"or create the tables with 'turnstile migrate'\n", *e.flags.prefix, envName("table-prefix"))
+	}
 	return exitFailed
 }
 

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -31,20 +33,91 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m, turntest.LeakOptions()...
 
 const wait = time.Minute
 
-// cli runs the command line in process and returns its exit code and output.
+// cli runs the command line in process, in an empty environment, and returns its exit code
+// and output.
 func cli(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	return cliEnv(t, nil, args...)
+}
+
+// cliEnv runs the command line in process with the environment variables vars.
+func cliEnv(t *testing.T, vars map[string]string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	var out, errOut bytes.Buffer
-	code = run(context.Background(), args, &out, &errOut)
+	code = run(context.Background(), args, &out, &errOut, func(k string) string { return vars[k] })
 	return code, out.String(), errOut.String()
 }
 
-// ok runs the command line and fails the test unless it exits 0.
+// ok runs the command line and fails the test unless it exits 0. A --json output is checked
+// for its casing (requireSnakeCase) and counted for jsonCovered.
 func ok(t *testing.T, args ...string) string {
 	t.Helper()
 	code, out, errOut := cli(t, args...)
 	require.Equal(t, exitOK, code, "turnstile %s\nstdout: %s\nstderr: %s", strings.Join(args, " "), out, errOut)
+	if slices.Contains(args, "--json") {
+		requireSnakeCase(t, out)
+		c, _, found := find(args)
+		require.True(t, found)
+		jsonSeen.Store(t.Name()+"|"+c.name, true)
+	}
 	return out
+}
+
+// jsonSeen holds "TEST|COMMAND" for each command whose --json output a test checked.
+var jsonSeen sync.Map
+
+// jsonCommands returns the commands that take --json.
+func jsonCommands(t *testing.T) []string {
+	var out []string
+	for _, c := range commands {
+		_, help, _ := cli(t, append(strings.Fields(c.name), "--help")...)
+		if strings.Contains(help, "  -json\n") {
+			out = append(out, c.name)
+		}
+	}
+	require.NotEmpty(t, out)
+	return out
+}
+
+// requireJSONCovered fails the test unless it checked the --json output of every command that
+// has one.
+func requireJSONCovered(t *testing.T) {
+	t.Helper()
+	for _, name := range jsonCommands(t) {
+		_, seen := jsonSeen.Load(t.Name() + "|" + name)
+		require.True(t, seen, "%s --json was not run and checked in %s", name, t.Name())
+	}
+}
+
+// serviceData are the keys whose values are the service's own content (record headers,
+// session state, event data, a stored result), named as the service chose: their insides
+// are not the CLI's to case.
+var serviceData = map[string]bool{"headers": true, "state": true, "data": true, "result": true}
+
+var snakeCase = regexp.MustCompile(`^[a-z][a-z0-9]*(_[a-z0-9]+)*$`)
+
+// requireSnakeCase fails unless every key of the JSON document out is snake_case.
+func requireSnakeCase(t *testing.T, out string) {
+	t.Helper()
+	var doc any
+	require.NoError(t, json.Unmarshal([]byte(out), &doc), out)
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, x := range v {
+				require.Regexp(t, snakeCase, k, "key %s%s in:\n%s", path, k, out)
+				if !serviceData[k] {
+					walk(path+k+".", x)
+				}
+			}
+		case []any:
+			for _, x := range v {
+				walk(path, x)
+			}
+		}
+	}
+	walk("", doc)
 }
 
 // database is where a service keeps its stores: the --db value, and a pool for the service.
@@ -161,6 +234,8 @@ func testCommands(t *testing.T, d database) {
 	require.Contains(t, out, bad.ID)
 	require.Contains(t, out, "bug 42")
 	require.Contains(t, out, "REASON")
+	require.Contains(t, out, "CONVERSATION")
+	require.Contains(t, out, "c-1")
 	var listed []letterJSON
 	require.NoError(t, json.Unmarshal([]byte(ok(t, "dlq", "list", brokers, "--topic="+s.dlq, "--json", "--reason=bug 42")), &listed))
 	require.Len(t, listed, 1)
@@ -197,8 +272,10 @@ func testCommands(t *testing.T, d database) {
 	kc.ReadResults(t, s.results, 2, wait)
 	require.Equal(t, 1, s.callsOf(bad.ID))
 	published := kc.RecordCount(t, s.requests)
-	out = ok(t, append([]string{"dlq", "redrive", brokers, "--topic=" + s.dlq, "--request-id=" + bad.ID}, dbFlags...)...)
-	require.Contains(t, out, "skipped: done")
+	var redriven []map[string]string
+	require.NoError(t, json.Unmarshal([]byte(ok(t, append([]string{"dlq", "redrive", brokers, "--topic=" + s.dlq, "--request-id=" + bad.ID, "--json"}, dbFlags...)...)), &redriven))
+	require.Len(t, redriven, 1)
+	require.Equal(t, "skipped: done", redriven[0]["action"])
 	require.Equal(t, published, kc.RecordCount(t, s.requests), "the second re-drive published nothing")
 	require.Equal(t, 1, s.callsOf(bad.ID))
 
@@ -215,11 +292,28 @@ func testCommands(t *testing.T, d database) {
 	code, _, _ = cli(t, append([]string{"inbox", "get", "--request-id=" + good.ID}, dbFlags...)...)
 	require.Equal(t, exitUsage, code)
 
-	// session show, session delete of a user, and the user's next request starts afresh.
-	var sess session.Session
+	// session show, by user and conversation or by conversation alone; session delete of a
+	// user, first as a dry run; the user's next request starts afresh.
+	var sess sessionJSON
 	require.NoError(t, json.Unmarshal([]byte(ok(t, append([]string{"session", "show", "--json", "--user=u-1", "--conversation=c-1"}, dbFlags...)...)), &sess))
 	require.EqualValues(t, 1, sess.Version)
+	require.Equal(t, "u-1", sess.User)
 	require.Contains(t, ok(t, append([]string{"session", "show", "--user=u-1", "--conversation=c-1"}, dbFlags...)...), "answered where is my refund?")
+	out = ok(t, append([]string{"session", "show", "--conversation=c-1"}, dbFlags...)...)
+	require.Contains(t, out, "answered where is my refund?", "found by its conversation")
+	require.Contains(t, out, "session "+turn.DefaultApp+"/u-1/c-1")
+	code, _, errOut = cli(t, append([]string{"session", "show", "--conversation=c-404"}, dbFlags...)...)
+	require.Equal(t, exitNotFound, code, errOut)
+	code, _, _ = cli(t, append([]string{"session", "show", "--user=u-2", "--conversation=c-1"}, dbFlags...)...)
+	require.Equal(t, exitNotFound, code, "c-1 is u-1's")
+	code, out, errOut = cli(t, append([]string{"session", "delete", "--user=u-1", "--dry-run"}, dbFlags...)...)
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "c-1")
+	require.Contains(t, errOut, "1 sessions would be deleted; nothing was deleted")
+	var wouldDelete []summaryJSON
+	require.NoError(t, json.Unmarshal([]byte(ok(t, append([]string{"session", "delete", "--idle-for=1ns", "--dry-run", "--json"}, dbFlags...)...)), &wouldDelete))
+	require.Len(t, wouldDelete, 2, "c-1 and c-2")
+	ok(t, append([]string{"session", "show", "--user=u-1", "--conversation=c-1"}, dbFlags...)...)
 	require.Contains(t, ok(t, append([]string{"session", "delete", "--user=u-1"}, dbFlags...)...), "deleted 1 sessions of user u-1")
 	code, _, _ = cli(t, append([]string{"session", "show", "--user=u-1", "--conversation=c-1"}, dbFlags...)...)
 	require.Equal(t, exitNotFound, code)
@@ -267,7 +361,16 @@ func testCommands(t *testing.T, d database) {
 	copied := kc.ReadAll(t, sandbox, int(n), wait)
 	require.Len(t, copied, int(n))
 	require.Contains(t, turntest.HeaderMap(copied[0])[headerReplayedFrom], s.requests+"/")
-	require.Contains(t, ok(t, "replay", brokers, "--from="+s.requests, "--to="+sandbox, "--conversation=c-1", "--from-time=1h"), "copied 4 records", "the bad request, its re-drive, the later one and a queued one")
+	// The same copy again is refused: the sandbox holds it already.
+	code, _, errOut = cli(t, "replay", brokers, "--from="+s.requests, "--to="+sandbox, "--from-offset=0")
+	require.Equal(t, exitUsage, code, errOut)
+	require.Contains(t, errOut, "already holds a copy")
+	require.Equal(t, n, kc.RecordCount(t, sandbox), "the refused replay copied nothing")
+	code, _, errOut = cli(t, "replay", brokers, "--from="+s.requests, "--to="+sandbox, "--conversation=c-1", "--from-time=1h")
+	require.Equal(t, exitUsage, code, errOut)
+	require.Contains(t, errOut, "--allow-duplicates")
+	require.Contains(t, ok(t, "replay", brokers, "--from="+s.requests, "--to="+sandbox, "--conversation=c-1", "--from-time=1h", "--allow-duplicates"),
+		"copied 4 records", "the bad request, its re-drive, the later one and a queued one")
 	code, _, errOut = cli(t, "replay", brokers, "--from="+s.requests, "--to="+s.requests)
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, errOut, "sandbox topic of its own")
@@ -280,7 +383,7 @@ func testCommands(t *testing.T, d database) {
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, errOut, "replay did not write")
 	require.Equal(t, results, kc.RecordCount(t, s.results), "the refused replay copied nothing")
-	require.Contains(t, ok(t, "replay", brokers, "--from="+s.requests, "--to="+sandbox, "--conversation=c-1"), "copied 4 records",
+	require.Contains(t, ok(t, "replay", brokers, "--from="+s.requests, "--to="+sandbox, "--conversation=c-1", "--allow-duplicates"), "copied 4 records",
 		"a sandbox topic holds only replayed records")
 	foreign := kc.CreateTopic(t, "foreign", 1)
 	kc.Produce(t, foreign, "c-1", []byte("written by someone else"), nil)
@@ -301,6 +404,10 @@ func testCommands(t *testing.T, d database) {
 	code, _, errOut = cli(t, append([]string{"dlq", "redrive", brokers, "--topic=" + s.dlq, "--request-id=" + bad.ID}, dbFlags...)...)
 	require.Equal(t, exitOK, code, errOut)
 	require.Contains(t, errOut, "has no inbox entry under --app")
+
+	// Every --json output above is snake_case (ok checks each one); size's too.
+	ok(t, "size", "--turn-p50=20s", "--rate=30", "--json", "--plot=none")
+	requireJSONCovered(t)
 }
 
 // listed0 returns the first dead letter of topic, through the CLI.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/turnstile-go/turnstile/inbox"
 	"github.com/turnstile-go/turnstile/session"
+	"github.com/turnstile-go/turnstile/session/sqlsession"
 	"github.com/turnstile-go/turnstile/turn"
 )
 
@@ -38,9 +39,12 @@ Examples:
 `
 
 const sessionShowUsage = `
-Shows a session: owner, version, event count, state and its most recent events.
+Shows a session: owner, version, event count, state and its most recent events. Without
+--user it shows the conversation's session whoever owns it (a conversation id is unique
+within an app); with --user, only that user's.
 
 Examples:
+  turnstile session show --db postgres://turnstile@db:5432/agent --conversation c-7731
   turnstile session show --db postgres://turnstile@db:5432/agent --user u-12 --conversation c-7731
   turnstile session show --db sqlite:/var/lib/agent/turnstile.db --user u-12 --conversation c-7731 --recent 5 --json
 `
@@ -49,8 +53,11 @@ const sessionDeleteUsage = `
 Deletes sessions with their history and state: one conversation (--user and --conversation),
 every session of a user (--user alone: a data-deletion request), or the sessions of the app
 idle for longer than --idle-for. A later request of a deleted session starts a fresh one.
+--dry-run lists the sessions it would delete (at most 1000; --json for JSON) and deletes
+nothing.
 
 Examples:
+  turnstile session delete --db postgres://turnstile@db:5432/agent --user u-12 --dry-run
   turnstile session delete --db postgres://turnstile@db:5432/agent --user u-12
   turnstile session delete --db postgres://turnstile@db:5432/agent --user u-12 --conversation c-7731
   turnstile session delete --db sqlite:/var/lib/agent/turnstile.db --idle-for 2160h
@@ -147,21 +154,62 @@ func inboxPurge(ctx context.Context, e *env, args []string) error {
 	cutoff := time.Now().Add(-*older)
 	n, err := ib.Purge(ctx, cutoff)
 	if err != nil {
-		return fmt.Errorf("purged %d entries, then: %w", n, err)
+		return partly(n, "purged %d inbox entries", err)
 	}
 	fmt.Fprintf(e.stdout, "purged %d inbox entries last updated before %s\n", n, cutoff.UTC().Format(time.RFC3339))
 	return nil
 }
 
+// partly is the error of a bulk change that failed after done items (done is the count, what
+// formats it): err alone when nothing was done, so that a failure does not read as a result.
+func partly(done int64, what string, err error) error {
+	if done == 0 {
+		return err
+	}
+	return fmt.Errorf(what+", then: %w", done, err)
+}
+
+// summaryJSON is a session without its state and events, as session delete --dry-run lists
+// it; snake_case like the rest of the CLI's JSON and turnstile's records.
+type summaryJSON struct {
+	App          string    `json:"app"`
+	User         string    `json:"user"`
+	Conversation string    `json:"conversation"`
+	Version      int64     `json:"version"`
+	EventCount   int64     `json:"event_count"`
+	CreatedAt    time.Time `json:"created_at"`
+	UpdatedAt    time.Time `json:"updated_at"`
+}
+
+// sessionJSON is a session as session show prints it (session.Session has no JSON names of
+// its own).
+type sessionJSON struct {
+	summaryJSON
+	State  json.RawMessage `json:"state,omitempty"`
+	Events []session.Event `json:"events"`
+}
+
+// ownerOf returns the key of conv's session in app, whoever owns it.
+func ownerOf(ctx context.Context, ss *sqlsession.Store, app, conv string) (session.Key, error) {
+	found, err := ss.List(ctx, sqlsession.ListFilter{App: app, Conversation: conv, Limit: 1})
+	if err != nil {
+		return session.Key{}, err
+	}
+	if len(found) == 0 {
+		return session.Key{}, fmt.Errorf("%w: no session of conversation %s in app %s", errNotFound, conv, app)
+	}
+	return found[0].Key, nil
+}
+
 func sessionShow(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "session show", sessionShowUsage).withDB().withApp().withJSON()
-	user := f.String("user", "", "the session's user id (required)")
+	user := f.String("user", "", "the session's user id (without it, the conversation's owner, whoever it is)")
 	conv := f.String("conversation", "", "the conversation id (required)")
 	recent := f.Int("recent", 20, "how many of the most recent events to show")
 	if err := f.parse(args); err != nil {
 		return err
 	}
-	if err := f.require("user", "conversation"); err != nil {
+	if err := f.require("conversation"); err != nil {
 		return err
 	}
 	ctx, ss, _, done, err := f.open(ctx)
@@ -170,6 +218,11 @@ func sessionShow(ctx context.Context, e *env, args []string) error {
 	}
 	defer done()
 	key := session.Key{App: *f.app, User: *user, Conversation: *conv}
+	if key.User == "" {
+		if key, err = ownerOf(ctx, ss, key.App, key.Conversation); err != nil {
+			return err
+		}
+	}
 	sess, err := ss.Get(ctx, key, *recent)
 	if errors.Is(err, session.ErrNotFound) || errors.Is(err, session.ErrOwnerMismatch) {
 		return fmt.Errorf("%w: no session %s", errNotFound, key)
@@ -178,7 +231,9 @@ func sessionShow(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if *f.json {
-		return printJSON(e.stdout, sess)
+		return printJSON(e.stdout, sessionJSON{summaryJSON: summaryJSON{App: key.App, User: key.User, Conversation: key.Conversation,
+			Version: sess.Version, EventCount: sess.EventCount, CreatedAt: sess.CreatedAt, UpdatedAt: sess.UpdatedAt},
+			State: sess.State, Events: append([]session.Event{}, sess.Events...)})
 	}
 	fmt.Fprintf(e.stdout, "session %s: version %d, %d events, created %s, updated %s\n", key, sess.Version, sess.EventCount,
 		sess.CreatedAt.Format(time.RFC3339), sess.UpdatedAt.Format(time.RFC3339))
@@ -193,11 +248,15 @@ func sessionShow(ctx context.Context, e *env, args []string) error {
 	return tw.Flush()
 }
 
+// dryRunLimit is the most sessions session delete --dry-run lists.
+const dryRunLimit = 1000
+
 func sessionDelete(ctx context.Context, e *env, args []string) error {
-	f := newFlags(e, "session delete", sessionDeleteUsage).withDB().withApp()
+	f := newFlags(e, "session delete", sessionDeleteUsage).withDB().withApp().withJSON()
 	user := f.String("user", "", "delete this user's sessions (all of them, or --conversation)")
 	conv := f.String("conversation", "", "with --user: delete this conversation only")
 	idle := f.Duration("idle-for", 0, "delete the app's sessions not updated for this long (720h is 30 days)")
+	dry := f.Bool("dry-run", false, "list the sessions that would be deleted, and delete nothing")
 	if err := f.parse(args); err != nil {
 		return err
 	}
@@ -212,12 +271,22 @@ func sessionDelete(ctx context.Context, e *env, args []string) error {
 		return usagef("give --user (with or without --conversation), or --idle-for")
 	case *conv != "" && *user == "":
 		return usagef("--conversation needs --user")
+	case *f.json && !*dry:
+		return usagef("--json goes with --dry-run")
 	}
 	ctx, ss, _, done, err := f.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer done()
+	cutoff := time.Now().Add(-*idle)
+	if *dry {
+		lf := sqlsession.ListFilter{App: *f.app, User: *user, Conversation: *conv, Limit: dryRunLimit + 1}
+		if *user == "" {
+			lf.UpdatedBefore = cutoff
+		}
+		return dryRunDelete(ctx, e, ss, lf, *f.json)
+	}
 	switch {
 	case *conv != "":
 		key := session.Key{App: *f.app, User: *user, Conversation: *conv}
@@ -234,12 +303,51 @@ func sessionDelete(ctx context.Context, e *env, args []string) error {
 		}
 		fmt.Fprintf(e.stdout, "deleted %d sessions of user %s in app %s\n", n, *user, *f.app)
 	default:
-		cutoff := time.Now().Add(-*idle)
 		n, err := ss.DeleteIdle(ctx, *f.app, cutoff)
 		if err != nil {
-			return fmt.Errorf("deleted %d sessions, then: %w", n, err)
+			return partly(n, "deleted %d sessions", err)
 		}
 		fmt.Fprintf(e.stdout, "deleted %d sessions of app %s idle since before %s\n", n, *f.app, cutoff.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// dryRunDelete lists the sessions that lf selects (what session delete would delete), at
+// most dryRunLimit of them. One conversation that is not there is not found, as its delete
+// would be.
+func dryRunDelete(ctx context.Context, e *env, ss *sqlsession.Store, lf sqlsession.ListFilter, asJSON bool) error {
+	found, err := ss.List(ctx, lf)
+	if err != nil {
+		return err
+	}
+	if lf.Conversation != "" && len(found) == 0 {
+		return fmt.Errorf("%w: no session %s", errNotFound, session.Key{App: lf.App, User: lf.User, Conversation: lf.Conversation})
+	}
+	more := len(found) > dryRunLimit
+	found = found[:min(len(found), dryRunLimit)]
+	rows := make([]summaryJSON, 0, len(found))
+	for _, x := range found {
+		rows = append(rows, summaryJSON{App: x.Key.App, User: x.Key.User, Conversation: x.Key.Conversation,
+			Version: x.Version, EventCount: x.EventCount, CreatedAt: x.CreatedAt, UpdatedAt: x.UpdatedAt})
+	}
+	if asJSON {
+		if err := printJSON(e.stdout, rows); err != nil {
+			return err
+		}
+	} else {
+		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "USER\tCONVERSATION\tVERSION\tEVENTS\tUPDATED")
+		for _, r := range rows {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", r.User, r.Conversation, r.Version, r.EventCount, r.UpdatedAt.UTC().Format(time.RFC3339))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if more {
+		fmt.Fprintf(e.stderr, "more than %d sessions would be deleted (the first %d listed); nothing was deleted\n", dryRunLimit, dryRunLimit)
+	} else {
+		fmt.Fprintf(e.stderr, "%d sessions would be deleted; nothing was deleted\n", len(rows))
 	}
 	return nil
 }

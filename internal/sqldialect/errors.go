@@ -92,7 +92,9 @@ const (
 	sqliteProtocol       = 15
 	sqliteConstraintPK   = 1555 // SQLITE_CONSTRAINT_PRIMARYKEY
 	sqliteConstraintUniq = 2067 // SQLITE_CONSTRAINT_UNIQUE
+	sqliteError          = 1    // SQLITE_ERROR, the generic one
 	pgUniqueViolation    = "23505"
+	pgUndefinedTable     = "42P01"
 )
 
 // IsTransient reports whether err is an infrastructure failure worth retrying: a bad or
@@ -145,6 +147,20 @@ func IsUniqueViolation(err error) bool {
 	}
 	if code, ok := sqliteCode(err); ok {
 		return code == sqliteConstraintUniq || code == sqliteConstraintPK
+	}
+	return false
+}
+
+// IsMissingTable reports whether err says that a table does not exist: PostgreSQL's SQLSTATE
+// 42P01 (undefined_table), or SQLite's "no such table" (an SQLITE_ERROR told apart by its
+// message, the only place SQLite says it). A store gets it before Migrate ran, or when its
+// table prefix is not the one migrated.
+func IsMissingTable(err error) bool {
+	if state, ok := sqlState(err); ok {
+		return state == pgUndefinedTable
+	}
+	if code, ok := sqliteCode(err); ok {
+		return code == sqliteError && strings.Contains(err.Error(), "no such table")
 	}
 	return false
 }

@@ -65,6 +65,25 @@ func TestClassify(t *testing.T) {
 	require.False(t, IsUniqueViolation(codeErr(5)))
 }
 
+type sqliteMsgErr struct {
+	code int
+	msg  string
+}
+
+func (e sqliteMsgErr) Error() string { return e.msg }
+func (e sqliteMsgErr) Code() int     { return e.code }
+
+func TestIsMissingTable(t *testing.T) {
+	t.Parallel()
+	require.True(t, IsMissingTable(fmt.Errorf("get: %w", stateErr("42P01"))))
+	require.True(t, IsMissingTable(sqliteMsgErr{1, "SQL logic error: no such table: turnstile_inbox (1)"}))
+	require.False(t, IsMissingTable(stateErr("23505")))
+	require.False(t, IsMissingTable(sqliteMsgErr{1, "SQL logic error: near \"x\": syntax error (1)"}))
+	require.False(t, IsMissingTable(sqliteMsgErr{5, "no such table, but busy"}))
+	require.False(t, IsMissingTable(errors.New("no such table")), "only a driver's error says so")
+	require.False(t, IsMissingTable(nil))
+}
+
 func TestQuery(t *testing.T) {
 	t.Parallel()
 	pg, err := For(PostgreSQL, "")
