@@ -155,7 +155,8 @@ func (p *partition) run(ctx context.Context, r *record, span trace.Span, got **t
 	defer n.endProbeOnPanic(p.c.throttle)
 	for {
 		o := p.attempt(ctx, r, req, &n)
-		if ob, ok, done := p.act(ctx, r, &req, rl, &n, o, decide(o, n, lim)); done {
+		d := decide(o, n, lim)
+		if ob, ok, done := p.act(ctx, r, &req, rl, &n, o, d); done {
 			return ob, ok, n.calls
 		}
 	}
@@ -187,10 +188,10 @@ func (p *partition) withTurnContext(ctx context.Context, req turn.Request) (cont
 		return ctx, nil
 	}
 	hctx, cancel := guardTurnContext(f, ctx, req)
-	if hctx == nil {
-		return ctx, cancel
+	if hctx != nil {
+		ctx = hctx
 	}
-	return hctx, cancel
+	return ctx, cancel
 }
 
 // attempt runs one attempt of the turn: it waits for the throttle (n.probe says whether the
