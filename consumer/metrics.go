@@ -52,12 +52,38 @@ const (
 	PauseReasonBackpressure = "backpressure" // one partition, its window at MaxBuffered
 )
 
+// newMeters makes the consumer's instruments and registers the gauges' callback; it returns
+// nil when Config.Telemetry has no MeterProvider.
 func newMeters(c *Consumer) (*meters, error) {
 	meter := c.cfg.Telemetry.Meter()
 	if meter == nil {
 		return nil, nil
 	}
-	m := &meters{group: semconv.MessagingConsumerGroupName(c.cfg.GroupID)}
+	m := newMeterAttrs(c.cfg.GroupID)
+	mk := &instruments{meter: meter}
+	m.turns = mk.counter(MetricTurns, "{turn}", "Turns brought to an outcome, by outcome.")
+	m.turnDuration = mk.seconds(MetricTurnDuration, "Time from a record's turn starting to its outcome being ready to publish.")
+	m.attempts = mk.counter(MetricAttempts, "{attempt}", "Handler calls, by the kind of their error (none: success).")
+	m.dedupHits = mk.counter(MetricDedupHits, "{request}", "Requests done before, answered from the inbox.")
+	m.pauses = mk.counter(MetricRateLimitPauses, "{pause}", "Pauses of every partition after a rate-limited model.")
+	m.rebalances = mk.counter(MetricRebalances, "{rebalance}", "Consumer group sessions started, one per rebalance.")
+	m.commitDuration = mk.seconds(MetricCommitDuration, "Duration of offset commits.")
+	g := newGauges(mk)
+	if mk.err != nil {
+		return nil, fmt.Errorf("consumer: Telemetry.MeterProvider: %w", mk.err)
+	}
+	var err error
+	m.reg, err = meter.RegisterCallback(m.observe(c, g), g.inFlight, g.buffered, g.owned, g.paused, g.lag)
+	if err != nil {
+		return nil, fmt.Errorf("consumer: Telemetry.MeterProvider: %w", err)
+	}
+	return m, nil
+}
+
+// newMeterAttrs returns meters with the attribute sets of the consumer group groupID made, the
+// sets of every outcome and turn.Kind among them, so that a measurement allocates none.
+func newMeterAttrs(groupID string) *meters {
+	m := &meters{group: semconv.MessagingConsumerGroupName(groupID)}
 	m.base = metric.WithAttributeSet(attribute.NewSet(m.group))
 	m.outcomes = map[string]metric.MeasurementOption{}
 	for _, o := range Outcomes() {
@@ -67,58 +93,77 @@ func newMeters(c *Consumer) (*meters, error) {
 	for _, k := range turn.Kinds() {
 		m.kinds[k] = metric.WithAttributeSet(attribute.NewSet(m.group, turnotel.AttrKind.String(k.String())))
 	}
-	var err error
-	counter := func(name, unit, desc string) metric.Int64Counter {
-		var v metric.Int64Counter
-		if err == nil {
-			v, err = meter.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
-		}
-		return v
+	return m
+}
+
+// instruments makes instruments of meter until one fails: err is the first failure, and the
+// instruments asked for after it are nil, so that newMeters checks once.
+type instruments struct {
+	meter metric.Meter
+	err   error
+}
+
+// counter makes an Int64Counter.
+func (mk *instruments) counter(name, unit, desc string) metric.Int64Counter {
+	return instrument[metric.Int64CounterOption](mk, mk.meter.Int64Counter, name,
+		metric.WithUnit(unit), metric.WithDescription(desc))
+}
+
+// seconds makes a Float64Histogram of durations in seconds.
+func (mk *instruments) seconds(name, desc string) metric.Float64Histogram {
+	return instrument[metric.Float64HistogramOption](mk, mk.meter.Float64Histogram, name,
+		metric.WithUnit("s"), metric.WithDescription(desc))
+}
+
+// gauge makes an Int64ObservableGauge.
+func (mk *instruments) gauge(name, unit, desc string) metric.Int64ObservableGauge {
+	return instrument[metric.Int64ObservableGaugeOption](mk, mk.meter.Int64ObservableGauge, name,
+		metric.WithUnit(unit), metric.WithDescription(desc))
+}
+
+// instrument makes an instrument with newInst, one of the meter's methods, unless an instrument
+// made before failed (then it returns the zero instrument and leaves mk.err as it is).
+func instrument[O, T any](mk *instruments, newInst func(string, ...O) (T, error), name string, opts ...O) T {
+	var v T
+	if mk.err == nil {
+		v, mk.err = newInst(name, opts...)
 	}
-	seconds := func(name, desc string) metric.Float64Histogram {
-		var v metric.Float64Histogram
-		if err == nil {
-			v, err = meter.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc))
-		}
-		return v
+	return v
+}
+
+// gauges are the consumer's observable gauges, which meters.observe reads out.
+type gauges struct {
+	inFlight, buffered, owned, paused, lag metric.Int64ObservableGauge
+}
+
+// newGauges makes the gauges with mk.
+func newGauges(mk *instruments) gauges {
+	return gauges{
+		inFlight: mk.gauge(MetricInFlight, "{turn}", "Turns running now."),
+		buffered: mk.gauge(MetricBuffered, "{record}", "Records in a partition's window: received and not yet committable."),
+		owned:    mk.gauge(MetricPartitionsOwned, "{partition}", "Partitions of the requests topic this member owns."),
+		paused:   mk.gauge(MetricPartitionsPaused, "{partition}", "Owned partitions whose fetching is paused, by reason."),
+		lag:      mk.gauge(MetricConsumerLag, "{record}", "A partition's high-water mark minus the offset this member last committed."),
 	}
-	m.turns = counter(MetricTurns, "{turn}", "Turns brought to an outcome, by outcome.")
-	m.turnDuration = seconds(MetricTurnDuration, "Time from a record's turn starting to its outcome being ready to publish.")
-	m.attempts = counter(MetricAttempts, "{attempt}", "Handler calls, by the kind of their error (none: success).")
-	m.dedupHits = counter(MetricDedupHits, "{request}", "Requests done before, answered from the inbox.")
-	m.pauses = counter(MetricRateLimitPauses, "{pause}", "Pauses of every partition after a rate-limited model.")
-	m.rebalances = counter(MetricRebalances, "{rebalance}", "Consumer group sessions started, one per rebalance.")
-	m.commitDuration = seconds(MetricCommitDuration, "Duration of offset commits.")
-	var inFlight, buffered, owned, paused, lag metric.Int64ObservableGauge
-	gauge := func(name, unit, desc string) metric.Int64ObservableGauge {
-		var v metric.Int64ObservableGauge
-		if err == nil {
-			v, err = meter.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
-		}
-		return v
-	}
-	inFlight = gauge(MetricInFlight, "{turn}", "Turns running now.")
-	buffered = gauge(MetricBuffered, "{record}", "Records in a partition's window: received and not yet committable.")
-	owned = gauge(MetricPartitionsOwned, "{partition}", "Partitions of the requests topic this member owns.")
-	paused = gauge(MetricPartitionsPaused, "{partition}", "Owned partitions whose fetching is paused, by reason.")
-	lag = gauge(MetricConsumerLag, "{record}", "A partition's high-water mark minus the offset this member last committed.")
-	if err != nil {
-		return nil, fmt.Errorf("consumer: Telemetry.MeterProvider: %w", err)
-	}
+}
+
+// observe returns the callback that observes g for c: the member's turns in flight and
+// partitions owned and paused (by reason), each partition's window and lag.
+func (m *meters) observe(c *Consumer, g gauges) metric.Callback {
 	rateLimited := metric.WithAttributeSet(attribute.NewSet(m.group, AttrPauseReason.String(PauseReasonRateLimit)))
 	backpressure := metric.WithAttributeSet(attribute.NewSet(m.group, AttrPauseReason.String(PauseReasonBackpressure)))
-	m.reg, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		o.ObserveInt64(inFlight, int64(len(c.sem)), m.base)
+	return func(_ context.Context, o metric.Observer) error {
+		o.ObserveInt64(g.inFlight, int64(len(c.sem)), m.base)
 		parts := c.owned()
-		o.ObserveInt64(owned, int64(len(parts)), m.base)
+		o.ObserveInt64(g.owned, int64(len(parts)), m.base)
 		var byRate, byFull int64
 		for _, op := range parts {
 			attrs := metric.WithAttributes(m.group, semconv.MessagingDestinationName(op.p.t.topic),
 				semconv.MessagingDestinationPartitionID(strconv.Itoa(int(op.p.t.partition))))
 			window, _, _ := op.p.buffered()
-			o.ObserveInt64(buffered, int64(window), attrs)
+			o.ObserveInt64(g.buffered, int64(window), attrs)
 			if l, ok := op.lag(); ok {
-				o.ObserveInt64(lag, l, attrs)
+				o.ObserveInt64(g.lag, l, attrs)
 			}
 			switch c.pauses.reason(op.p.t) {
 			case PauseReasonRateLimit:
@@ -127,14 +172,10 @@ func newMeters(c *Consumer) (*meters, error) {
 				byFull++
 			}
 		}
-		o.ObserveInt64(paused, byRate, rateLimited)
-		o.ObserveInt64(paused, byFull, backpressure)
+		o.ObserveInt64(g.paused, byRate, rateLimited)
+		o.ObserveInt64(g.paused, byFull, backpressure)
 		return nil
-	}, inFlight, buffered, owned, paused, lag)
-	if err != nil {
-		return nil, fmt.Errorf("consumer: Telemetry.MeterProvider: %w", err)
 	}
-	return m, nil
 }
 
 // kind returns the attributes of an attempt of kind k. Every turn.Kinds entry has its set;

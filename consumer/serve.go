@@ -133,151 +133,163 @@ func (p *partition) processOnce(r *record, req **turn.Request) (*outbound, bool)
 //
 // A panic in the decoder or TurnContextFunc is raised again as a *turn.PanicError naming it,
 // for process to retry; got is set to the request once it is decoded.
+//
+// Each attempt is three steps: attempt runs and counts it, decide (retry.go, pure) says what
+// follows, act does it: publish, dead-letter, abandon, or get the turn ready to run again.
 func (p *partition) run(ctx context.Context, r *record, span trace.Span, got **turn.Request) (*outbound, bool, int) {
-	c, msg := p.c, r.msg
-	rl := &recordLog{p: p, msg: msg}
-	req, err := p.decodeGuarded(msg)
-	if err != nil {
-		var mismatch *keyMismatchError
-		if errors.As(err, &mismatch) {
-			rl.get().Warn("record key differs from the request's conversation_id; dead-lettered (G7)",
-				"key", clipID(string(msg.Key)), "conversation_id", clipID(mismatch.conversation))
-		} else {
-			rl.get().Warn("undecodable record dead-lettered", "err", err)
-		}
-		return p.deadLetter(r, nil, err.Error(), err, 0, turn.KindPermanent), true, 0
+	rl := &recordLog{p: p, msg: r.msg}
+	req, dead := p.decodeRecord(r, rl)
+	if dead != nil {
+		return dead, true, 0
 	}
 	rl.req, *got = &req, &req
 	if span != nil {
 		request(span, &req)
 	}
-	if f := c.cfg.TurnContextFunc; f != nil {
-		hctx, cancel := guardTurnContext(f, ctx, req)
-		if cancel != nil {
-			defer cancel()
-		}
-		if hctx != nil {
-			ctx = hctx
-		}
+	ctx, cancel := p.withTurnContext(ctx, req)
+	if cancel != nil {
+		defer cancel()
 	}
-	var bo *backoff.ExponentialBackOff // made at the first retry; most turns have none
-	retryIn := func() time.Duration {
-		if bo == nil {
-			bo = newBackoff(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff)
-		}
-		return bo.NextBackOff()
-	}
-	failures, calls, alone := 0, 0, false
-	var rate rateLimits // this request's rate limits (throttle.go)
-	var probe bool
-	defer func() {
-		// A panic between the throttle's wait and the probe's outcome (telemetry, say) must
-		// not leave the probe held: every turn of the member would wait for it.
-		if v := recover(); v != nil {
-			c.throttle.endProbe(probe)
-			panic(v)
-		}
-	}()
+	lim := limits{maxAttempts: p.c.cfg.MaxAttempts, maxRateLimits: p.c.cfg.MaxRateLimits}
+	var n counts
+	defer n.endProbeOnPanic(p.c.throttle)
 	for {
-		probe, err = c.throttle.wait(p.waits, r)
-		if err != nil {
-			p.abandonTurn(rl)
-			return nil, false, calls
-		}
-		at := c.throttle.clock()
-		res, encoded, err := p.handle(ctx, req, alone)
-		calls++
-		if errors.Is(err, errAloneWaitEnded) {
-			p.abandonTurn(rl) // revoked or shut down while it waited to run alone
-			return nil, false, calls
-		}
-		kind := turn.Classify(err)
-		aborted := err != nil && p.turns.Err() != nil // revoked or shut down mid-turn
-		if kind == turn.KindAbandoned && !aborted {
-			kind = turn.KindAttempt // the turn's own context ended (TurnContextFunc's deadline)
-		}
-		if m := c.meters; m != nil {
-			m.attempts.Add(ctx, 1, m.kind(kind))
-		}
-		if aborted || (kind != turn.KindNone && kind != turn.KindRateLimited) {
-			c.throttle.endProbe(probe)
-		}
-		if aborted {
-			p.abandonTurn(rl)
-			return nil, false, calls // whatever the handler made of it
-		}
-		switch kind {
-		case turn.KindNone:
-			c.throttle.succeeded(at)
-			c.stats.turns.Add(1)
-			return p.result(r, &req, res, encoded, rl), true, calls
-		case turn.KindPermanent:
-			reason, attempts, why := err.Error(), failures+1, turn.KindPermanent
-			var dle *turn.DeadLetterError
-			if errors.As(err, &dle) {
-				reason, attempts, why = dle.Reason, dle.Attempts, dle.Kind
-			}
-			return p.deadLetter(r, &req, reason, err, attempts, why), true, calls
-		case turn.KindRateLimited:
-			c.stats.rateLimited.Add(1)
-			d, _ := turn.RetryDelay(err)
-			own := rate.limited(c.throttle)
-			if rate.counted >= c.cfg.MaxRateLimits {
-				// Always refused: no pause for it, and another turn may probe (G5).
-				c.throttle.endProbe(probe)
-				return p.deadLetter(r, &req, rate.reason(err), err, failures, turn.KindRateLimited), true, calls
-			}
-			if own {
-				// Refused while others pass: its key backs off alone, no partition pauses.
-				c.throttle.endProbe(probe)
-				wait := rate.backoff(c.cfg.RetryBackoff, c.cfg.MaxPause, d)
-				rl.get().Warn("request rate limited while others pass; it alone waits", "times", rate.counted, "retry_in", wait.String(), "err", err)
-				if !sleep(p.waits, wait) {
-					p.abandonTurn(rl)
-					return nil, false, calls
-				}
-				continue
-			}
-			if c.throttle.pause(d, probe, r, rate.mark) {
-				c.stats.pauses.Add(1)
-				if m := c.meters; m != nil {
-					m.pauses.Add(ctx, 1, m.base)
-				}
-			}
-		case turn.KindUnavailable:
-			c.health.sawUnavailable(err)
-			d := retryIn()
-			rl.get().Warn("turn hit an unavailable dependency; retrying, no attempt spent", "err", err, "retry_in", d.String())
-			if !sleep(p.waits, d) {
-				p.abandonTurn(rl)
-				return nil, false, calls
-			}
-		case turn.KindAttempt, turn.KindAbandoned:
-			failures++
-			c.stats.retries.Add(1)
-			attempt := failures
-			var ae *turn.AttemptError
-			if errors.As(err, &ae) {
-				attempt = ae.Attempt
-			}
-			if failures >= c.cfg.MaxAttempts {
-				reason := fmt.Sprintf("%d attempts failed in this member; last error: %v", failures, err)
-				return p.deadLetter(r, &req, reason, err, attempt, turn.KindAttempt), true, calls
-			}
-			d := retryIn()
-			rl.get().Warn("turn attempt failed; retrying", "attempt", attempt, "err", err, "retry_in", d.String())
-			if !sleep(p.waits, d) {
-				p.abandonTurn(rl)
-				return nil, false, calls
-			}
-		case turn.KindRunAlone:
-			// Its last attempt ended with a member while other turns ran: run it again with
-			// none beside it, so that only its own crash counts (turn.WithCrashIsolation).
-			alone = true
-			c.stats.alone.Add(1)
-			rl.get().Warn("request's last attempt ended with its member; running it alone", "err", err)
+		o := p.attempt(ctx, r, req, &n)
+		d := decide(o, n, lim)
+		if ob, ok, done := p.act(ctx, r, &req, rl, &n, o, d); done {
+			return ob, ok, n.calls
 		}
 	}
+}
+
+// decodeRecord decodes r's request, or returns r's dead letter when it does not decode or its
+// key is not its conversation id (G7).
+func (p *partition) decodeRecord(r *record, rl *recordLog) (turn.Request, *outbound) {
+	msg := r.msg
+	req, err := p.decodeGuarded(msg)
+	if err == nil {
+		return req, nil
+	}
+	var mismatch *keyMismatchError
+	if errors.As(err, &mismatch) {
+		rl.get().Warn("record key differs from the request's conversation_id; dead-lettered (G7)",
+			"key", clipID(string(msg.Key)), "conversation_id", clipID(mismatch.conversation))
+	} else {
+		rl.get().Warn("undecodable record dead-lettered", "err", err)
+	}
+	return turn.Request{}, p.deadLetter(r, nil, err.Error(), err, 0, turn.KindPermanent)
+}
+
+// withTurnContext returns the turn's context: ctx, or Config.TurnContextFunc's context for req
+// when there is one, with its cancel (nil when there is none to call).
+func (p *partition) withTurnContext(ctx context.Context, req turn.Request) (context.Context, context.CancelFunc) {
+	f := p.c.cfg.TurnContextFunc
+	if f == nil {
+		return ctx, nil
+	}
+	hctx, cancel := guardTurnContext(f, ctx, req)
+	if hctx != nil {
+		ctx = hctx
+	}
+	return ctx, cancel
+}
+
+// attempt runs one attempt of the turn: it waits for the throttle (n.probe says whether the
+// attempt probes), calls the Handler (alone when n.alone), classifies its error, counts the
+// attempt in the attempts metric and in n: a call, a failure (with stats.retries), a rate limit
+// (with stats.rateLimited; it says whether the request was refused alone). An attempt cut short
+// by the partition's end counts no failure nor rate limit.
+func (p *partition) attempt(ctx context.Context, r *record, req turn.Request, n *counts) outcome {
+	c := p.c
+	var err error
+	if n.probe, err = c.throttle.wait(p.waits, r); err != nil {
+		return outcome{stopped: true}
+	}
+	o := outcome{at: c.throttle.clock()}
+	o.res, o.encoded, o.err = p.handle(ctx, req, n.alone)
+	n.calls++
+	if errors.Is(o.err, errAloneWaitEnded) {
+		return outcome{stopped: true} // revoked or shut down while it waited to run alone
+	}
+	o.kind = turn.Classify(o.err)
+	o.aborted = o.err != nil && p.turns.Err() != nil // revoked or shut down mid-turn
+	if o.kind == turn.KindAbandoned && !o.aborted {
+		o.kind = turn.KindAttempt // the turn's own context ended (TurnContextFunc's deadline)
+	}
+	if m := c.meters; m != nil {
+		m.attempts.Add(ctx, 1, m.kind(o.kind))
+	}
+	switch {
+	case o.aborted:
+	case o.kind == turn.KindAttempt, o.kind == turn.KindAbandoned:
+		n.failures++
+		c.stats.retries.Add(1)
+	case o.kind == turn.KindRateLimited:
+		c.stats.rateLimited.Add(1)
+		o.own = n.rate.limited(c.throttle)
+	}
+	return o
+}
+
+// act does what decide said of attempt o: it ends the turn (done) with its outcome, a result
+// or dead letter to hand off (ok) or nothing (abandoned), or gets it ready to run again.
+func (p *partition) act(ctx context.Context, r *record, req *turn.Request, rl *recordLog, n *counts, o outcome,
+	d decision) (ob *outbound, ok, done bool) {
+	c := p.c
+	if d.endProbe {
+		c.throttle.endProbe(n.probe)
+	}
+	switch d.act {
+	case actResult:
+		c.throttle.succeeded(o.at)
+		c.stats.turns.Add(1)
+		return p.result(r, req, o.res, o.encoded, rl), true, true
+	case actDeadLetter:
+		return p.deadLetter(r, req, d.reason, o.err, d.attempts, d.kind), true, true
+	case actAbandon:
+		p.abandonTurn(rl)
+		return nil, false, true
+	}
+	if !p.retry(ctx, r, rl, n, o, d) { // a backoff cut short: revoked or shut down
+		p.abandonTurn(rl)
+		return nil, false, true
+	}
+	return nil, false, false
+}
+
+// retry gets the turn ready to run again as d says: a pause of every partition, a backoff, or
+// running alone. It returns false when a backoff was cut short by the partition's end.
+func (p *partition) retry(ctx context.Context, r *record, rl *recordLog, n *counts, o outcome, d decision) bool {
+	c := p.c
+	switch d.act {
+	case actPause:
+		if c.throttle.pause(d.delay, n.probe, r, n.rate.mark) {
+			c.stats.pauses.Add(1)
+			if m := c.meters; m != nil {
+				m.pauses.Add(ctx, 1, m.base)
+			}
+		}
+	case actBackOffAlone:
+		wait := n.rate.backoff(c.cfg.RetryBackoff, c.cfg.MaxPause, d.delay)
+		rl.get().Warn("request rate limited while others pass; it alone waits", "times", n.rate.counted,
+			"retry_in", wait.String(), "err", o.err)
+		return sleep(p.waits, wait)
+	case actRetryUnavailable:
+		c.health.sawUnavailable(o.err)
+		wait := n.retryIn(&c.cfg)
+		rl.get().Warn("turn hit an unavailable dependency; retrying, no attempt spent", "err", o.err,
+			"retry_in", wait.String())
+		return sleep(p.waits, wait)
+	case actRetryFailed:
+		wait := n.retryIn(&c.cfg)
+		rl.get().Warn("turn attempt failed; retrying", "attempt", d.attempts, "err", o.err, "retry_in", wait.String())
+		return sleep(p.waits, wait)
+	case actRunAlone:
+		n.alone = true
+		c.stats.alone.Add(1)
+		rl.get().Warn("request's last attempt ended with its member; running it alone", "err", o.err)
+	}
+	return true
 }
 
 // errAloneWaitEnded is handle's error when the partition closed while the turn waited to run
