@@ -156,7 +156,7 @@ func (p *partition) run(ctx context.Context, r *record, span trace.Span, got **t
 	for {
 		o := p.attempt(ctx, r, req, &n)
 		d := decide(o, n, lim)
-		if ob, ok, done := p.act(ctx, r, &req, rl, &n, o, d); done {
+		if ob, ok, done := p.carryOut(ctx, r, &req, rl, &n, o, d); done {
 			return ob, ok, n.calls
 		}
 	}
@@ -233,7 +233,7 @@ func (p *partition) attempt(ctx context.Context, r *record, req turn.Request, n 
 
 // act does what decide said of attempt o: it ends the turn (done) with its outcome, a result
 // or dead letter to hand off (ok) or nothing (abandoned), or gets it ready to run again.
-func (p *partition) act(ctx context.Context, r *record, req *turn.Request, rl *recordLog, n *counts, o outcome,
+func (p *partition) carryOut(ctx context.Context, r *record, req *turn.Request, rl *recordLog, n *counts, o outcome,
 	d decision) (ob *outbound, ok, done bool) {
 	c := p.c
 	if d.endProbe {
