@@ -86,3 +86,22 @@ func TestDocListsEveryGoStatement(t *testing.T) {
 	}
 	t.Logf("%d go statements in %d functions", total, len(inCode))
 }
+
+// TestNoEngineFunctionOver60Lines keeps the engine readable: no function of the consumer or
+// of its window, from func to its closing brace, is over 60 lines.
+func TestNoEngineFunctionOver60Lines(t *testing.T) {
+	t.Parallel()
+	for _, dir := range []string{".", "internal/window"} {
+		fs, files := engineFiles(t, dir)
+		for _, f := range files {
+			for _, d := range f.Decls {
+				fd, ok := d.(*ast.FuncDecl)
+				if !ok {
+					continue
+				}
+				from, to := fs.Position(fd.Pos()), fs.Position(fd.End())
+				require.LessOrEqual(t, to.Line-from.Line+1, 60, "%s:%d: %s", from.Filename, from.Line, fd.Name.Name)
+			}
+		}
+	}
+}

@@ -113,8 +113,9 @@ type decision struct {
 func decide(o outcome, n counts, lim limits) decision {
 	switch {
 	case o.stopped:
-		// No Handler call: the attempt's probe, if it was one, is left as it is.
-		return decision{act: actAbandon}
+		// No Handler call, but the wait may have made it the probe (a turn that waited to run
+		// alone): a probe left held would keep every turn of the member waiting.
+		return decision{act: actAbandon, endProbe: true}
 	case o.aborted:
 		return decision{act: actAbandon, endProbe: true}
 	}

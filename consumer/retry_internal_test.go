@@ -40,8 +40,9 @@ func TestDecideKnowsEveryKind(t *testing.T) {
 	require.Equal(t, decision{act: actRetry, endProbe: true}, d, "a kind Classify never makes: retried at once")
 }
 
-// A turn cut short by its partition's end is abandoned, whatever its kind: with the probe
-// ended when the Handler ran, left as it is when the turn stopped before it (no Handler call).
+// A turn cut short by its partition's end is abandoned, whatever its kind, with its probe
+// ended, whether the Handler ran or the turn stopped before it (a wait to run alone may have
+// made it the probe).
 func TestDecideAbandonsEveryKindWhenThePartitionEnds(t *testing.T) {
 	t.Parallel()
 	errs := kindErrors(errors.New("boom"))
@@ -52,7 +53,7 @@ func TestDecideAbandonsEveryKindWhenThePartitionEnds(t *testing.T) {
 			got := decide(outcome{kind: k, err: errs[k], aborted: true, own: true}, n, lim)
 			require.Equal(t, decision{act: actAbandon, endProbe: true}, got, "aborted %s, counts %+v", k, n)
 			got = decide(outcome{kind: k, err: errs[k], stopped: true}, n, lim)
-			require.Equal(t, decision{act: actAbandon}, got, "stopped %s, counts %+v", k, n)
+			require.Equal(t, decision{act: actAbandon, endProbe: true}, got, "stopped %s, counts %+v", k, n)
 		}
 	}
 }

@@ -238,6 +238,7 @@ func (p *partition) carryOut(ctx context.Context, r *record, req *turn.Request, 
 	c := p.c
 	if d.endProbe {
 		c.throttle.endProbe(n.probe)
+		n.probe = false // ended: a later panic must not end another turn's probe (endProbeOnPanic)
 	}
 	switch d.act {
 	case actResult:
