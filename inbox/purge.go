@@ -31,13 +31,26 @@ type PurgeSchedule struct {
 // Run one per service (several are harmless: they delete the same entries). Errors: an
 // invalid PurgeSchedule, before any run.
 func RunPurge(ctx context.Context, ib Inbox, s PurgeSchedule) error {
-	switch {
-	case ib == nil:
+	if ib == nil {
 		return errors.New("inbox: RunPurge: nil Inbox")
+	}
+	return RunPurgeFunc(ctx, "inbox", ib.Purge, s)
+}
+
+// RunPurgeFunc is RunPurge's schedule for any store that deletes by age: it calls purge at
+// once and then every s.Every with the cutoff now less s.Horizon, until ctx ends (then it
+// returns nil), and logs each run that deleted something or failed under name ("inbox",
+// "ledger"). purge returns how many rows it deleted, also when it fails part way. Package
+// workflow's RunLedgerPurge schedules the Temporal mode's hand-off ledger with it. Errors: a
+// nil purge or an invalid PurgeSchedule, before any run.
+func RunPurgeFunc(ctx context.Context, name string, purge func(ctx context.Context, before time.Time) (int64, error), s PurgeSchedule) error {
+	switch {
+	case purge == nil:
+		return fmt.Errorf("inbox: RunPurgeFunc(%q): nil purge func", name)
 	case s.Horizon <= 0:
-		return fmt.Errorf("inbox: RunPurge: PurgeSchedule.Horizon = %s, want > 0", s.Horizon)
+		return fmt.Errorf("%s: RunPurge: PurgeSchedule.Horizon = %s, want > 0", name, s.Horizon)
 	case s.Every < 0:
-		return fmt.Errorf("inbox: RunPurge: PurgeSchedule.Every = %s is negative", s.Every)
+		return fmt.Errorf("%s: RunPurge: PurgeSchedule.Every = %s is negative", name, s.Every)
 	}
 	if s.Every == 0 {
 		s.Every = max(time.Minute, s.Horizon/24)
@@ -52,15 +65,15 @@ func RunPurge(ctx context.Context, ib Inbox, s PurgeSchedule) error {
 	defer tick.Stop()
 	for {
 		cutoff := s.NowFunc().Add(-s.Horizon)
-		n, err := ib.Purge(ctx, cutoff)
+		n, err := purge(ctx, cutoff)
 		if ctx.Err() != nil {
 			return nil
 		}
 		switch {
 		case err != nil:
-			s.Logger.Warn("inbox purge failed; trying again at the next run", "cutoff", cutoff, "deleted", n, "err", err)
+			s.Logger.Warn(name+" purge failed; trying again at the next run", "cutoff", cutoff, "deleted", n, "err", err)
 		case n > 0:
-			s.Logger.Info("inbox purged", "cutoff", cutoff, "deleted", n)
+			s.Logger.Info(name+" purged", "cutoff", cutoff, "deleted", n)
 		}
 		if s.PurgedFunc != nil {
 			s.PurgedFunc(n, err)

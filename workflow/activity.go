@@ -71,7 +71,9 @@ type WorkerOptions struct {
 	MaxRateLimits int
 	// States keeps the State of a conversation whose run ended idle for its next run (the
 	// sequence mark, the dedup window); SQLLedger is one. Without it idle runs do not end.
-	// Give every worker of the task queue the same setting.
+	// When it is an OverflowStore too (SQLLedger and MemoryLedger are), it keeps the pending
+	// requests over Config.MaxCarriedBytes at continue-as-new, which bounds the
+	// continue-as-new input. Give every worker of the task queue the same setting.
 	States StateStore
 	// Logger gets a line per dead letter, per failed attempt and per failed publish; default
 	// slog.Default().
@@ -93,6 +95,8 @@ type worker struct {
 	// counted. Without it, a request that kills its worker (a poison request) spent an attempt
 	// of every request beside it. Nil (tests that build a worker by hand): no isolation.
 	turns *semaphore.Weighted
+	// overflow is WorkerOptions.States when it is an OverflowStore, else nil.
+	overflow OverflowStore
 	// beforeTurn, when set, runs in the workflow before each turn's activity: the replay test
 	// uses it to change the command sequence, the way a careless edit would.
 	beforeTurn func(twf.Context)
@@ -124,11 +128,16 @@ func Register(w tworker.Registry, opts WorkerOptions) error {
 	}
 	opts.Runner = turnotel.Runner(opts.Runner, opts.Telemetry)
 	a := &worker{opts: opts, turns: semaphore.NewWeighted(aloneWeight)}
+	a.overflow, _ = opts.States.(OverflowStore)
 	w.RegisterWorkflowWithOptions(a.Conversation, twf.RegisterOptions{Name: WorkflowName})
 	w.RegisterActivityWithOptions(a.ApplyTurn, activity.RegisterOptions{Name: ActivityName})
 	if opts.States != nil {
 		w.RegisterActivityWithOptions(a.LoadState, activity.RegisterOptions{Name: LoadStateActivityName})
 		w.RegisterActivityWithOptions(a.SaveState, activity.RegisterOptions{Name: SaveStateActivityName})
+	}
+	if a.overflow != nil {
+		w.RegisterActivityWithOptions(a.SaveOverflow, activity.RegisterOptions{Name: SaveOverflowActivityName})
+		w.RegisterActivityWithOptions(a.LoadOverflow, activity.RegisterOptions{Name: LoadOverflowActivityName})
 	}
 	return nil
 }

@@ -77,6 +77,8 @@ func NewBridge(c client.Client, opts BridgeOptions) (*Bridge, error) {
 		return nil, errors.New("workflow: NewBridge: nil client")
 	case opts.TaskQueue == "":
 		return nil, errors.New("workflow: BridgeOptions.TaskQueue: empty")
+	case opts.Config.MaxCarriedBytes > MaxCarriedBytesLimit:
+		return nil, fmt.Errorf("workflow: BridgeOptions.Config.MaxCarriedBytes = %d, over the limit of %d", opts.Config.MaxCarriedBytes, MaxCarriedBytesLimit)
 	}
 	if opts.IDPrefix == "" {
 		opts.IDPrefix = DefaultIDPrefix

@@ -94,10 +94,12 @@ func (a *worker) Conversation(ctx twf.Context, st State) error {
 			return err
 		}
 		if c.continueDue(ctx) {
-			return c.continueAsNew(ctx, actx, signals)
+			return a.continueAsNew(ctx, actx, c, signals)
 		}
-		if i := c.nextReady(); i >= 0 {
-			c.apply(actx, i)
+		if did, err := c.advance(ctx, actx); err != nil || did {
+			if err != nil {
+				return err
+			}
 			continue
 		}
 		ok, err := twf.AwaitWithTimeout(ctx, c.cfg.IdleTimeout, func() bool {
@@ -213,7 +215,7 @@ func (c *conversation) foreign(env Envelope) bool {
 // order, that has no Sequence, has NextSequence, names another conversation or cannot apply
 // (the last two are dead-lettered at once); -1 when none is ready.
 func (c *conversation) nextReady() int {
-	for i, p := range c.Pending {
+	for i, p := range c.Pending[:c.visible()] {
 		if s := p.Request.Sequence; s == 0 || s == c.NextSequence || c.foreign(p) || c.unapplicable(i) != "" {
 			return i
 		}
@@ -254,6 +256,7 @@ func (c *conversation) apply(actx twf.Context, i int) {
 	env := c.Pending[i]
 	stale := c.unapplicable(i)
 	c.Pending = slices.Delete(c.Pending, i, i+1)
+	c.removed(i)
 	var out Outcome
 	if c.beforeTurn != nil {
 		c.beforeTurn(actx)
@@ -348,11 +351,13 @@ func (c *conversation) continueDue(ctx twf.Context) bool {
 // take turns beyond the threshold) while the validator turns new ones away, drains the signal channel and continues as new with the
 // carried State. Returning while a handler runs would abandon its update; a signal left in
 // the channel would be lost with the run.
-func (c *conversation) continueAsNew(ctx, actx twf.Context, signals twf.ReceiveChannel) error {
+func (a *worker) continueAsNew(ctx, actx twf.Context, c *conversation, signals twf.ReceiveChannel) error {
 	c.draining = true
 	for !twf.AllHandlersFinished(ctx) {
-		if i := c.nextReady(); i >= 0 {
-			c.apply(actx, i)
+		if did, err := c.advance(ctx, actx); err != nil || did {
+			if err != nil {
+				return err
+			}
 			continue
 		}
 		if err := twf.Await(ctx, func() bool {
@@ -363,6 +368,9 @@ func (c *conversation) continueAsNew(ctx, actx twf.Context, signals twf.ReceiveC
 		c.drain(ctx, signals)
 	}
 	c.drain(ctx, signals)
+	if err := a.carry(ctx, c); err != nil {
+		return err
+	}
 	twf.GetLogger(ctx).Info("continuing as new", "conversation_id", c.ConversationID,
 		"turns_this_run", c.turnsThisRun, "signals", c.signals, "pending", len(c.Pending))
 	next := c.State
@@ -374,7 +382,7 @@ func (c *conversation) continueAsNew(ctx, actx twf.Context, signals twf.ReceiveC
 func (c *conversation) status() Status {
 	st := Status{
 		ConversationID: c.ConversationID, LastAppliedSequence: c.NextSequence - 1, Applied: c.Applied,
-		Pending: len(c.Pending), RunID: c.runID, TurnsThisRun: c.turnsThisRun, LastErrorKind: c.LastErrorKind,
+		Pending: len(c.Pending) + int(c.Overflow), Overflow: c.Overflow, RunID: c.runID, TurnsThisRun: c.turnsThisRun, LastErrorKind: c.LastErrorKind,
 	}
 	for _, p := range c.Pending {
 		if p.Request.Sequence > 0 {

@@ -26,15 +26,16 @@ type Ledger interface {
 	Conversations(ctx context.Context, before time.Time) ([]string, error)
 }
 
-// MemoryLedger is a Ledger and a StateStore in memory, for tests and single-process demos: it
-// is not durable.
+// MemoryLedger is a Ledger, a StateStore, an OverflowStore and a LedgerEraser in memory, for
+// tests and single-process demos: it is not durable.
 type MemoryLedger struct {
 	// NowFunc returns the current time; default time.Now.
 	NowFunc func() time.Time
 
-	mu     sync.Mutex
-	convs  map[string]*memoryConv
-	states map[string]State
+	mu       sync.Mutex
+	convs    map[string]*memoryConv
+	states   map[string]State
+	overflow map[string]map[int64]Envelope
 }
 
 // SaveState implements StateStore.
@@ -57,9 +58,15 @@ func (l *MemoryLedger) LoadState(_ context.Context, conversationID string) (Stat
 }
 
 type memoryConv struct {
-	bySeq map[int64]Envelope
+	bySeq map[int64]memoryRow
 	high  int64
 	last  time.Time
+}
+
+// memoryRow is one recorded hand-off and when it was recorded.
+type memoryRow struct {
+	env Envelope
+	at  time.Time
 }
 
 // Record implements Ledger.
@@ -80,11 +87,11 @@ func (l *MemoryLedger) Record(_ context.Context, envs ...Envelope) error {
 		}
 		c := l.convs[env.Request.ConversationID]
 		if c == nil {
-			c = &memoryConv{bySeq: map[int64]Envelope{}}
+			c = &memoryConv{bySeq: map[int64]memoryRow{}}
 			l.convs[env.Request.ConversationID] = c
 		}
 		if _, ok := c.bySeq[seq]; !ok {
-			c.bySeq[seq] = env
+			c.bySeq[seq] = memoryRow{env: env, at: now}
 		}
 		c.high, c.last = max(c.high, seq), now
 	}
@@ -107,9 +114,9 @@ func (l *MemoryLedger) Range(_ context.Context, conversationID string, from, to 
 	defer l.mu.Unlock()
 	var out []Envelope
 	if c := l.convs[conversationID]; c != nil {
-		for seq, env := range c.bySeq {
+		for seq, r := range c.bySeq {
 			if seq >= from && seq <= to {
-				out = append(out, env)
+				out = append(out, r.env)
 			}
 		}
 	}

@@ -6,29 +6,13 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/turnstile-go/turnstile/internal/sqltest"
 )
 
 // Both ledgers keep the first request of a sequence, ignore unsequenced requests, answer the
 // high-water mark and ranges in order, and list conversations by the age of their last hand-off.
 func TestLedgers(t *testing.T) {
 	t.Parallel()
-	ledgers := map[string]func(t *testing.T) Ledger{"memory": func(*testing.T) Ledger { return &MemoryLedger{} }}
-	for _, db := range []sqltest.DB{sqltest.SQLiteFileDB, sqltest.PostgresDB} {
-		ledgers[db.Name] = func(t *testing.T) Ledger {
-			conn := db.Open(t)
-			dialect := SQLite
-			if db.Postgres {
-				dialect = PostgreSQL
-			}
-			l, err := NewSQLLedger(conn, dialect, sqltest.Prefix(t, conn, db.Postgres))
-			require.NoError(t, err)
-			require.NoError(t, l.Migrate(context.Background()))
-			return l
-		}
-	}
-	for name, open := range ledgers {
+	for name, open := range ledgerOpeners() {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			l := open(t)

@@ -44,7 +44,7 @@ func (c *conversation) upsertSearch(ctx twf.Context) error {
 	if !c.cfg.SearchAttributes {
 		return nil
 	}
-	now := searchValues{set: true, user: c.UserID, errKind: c.LastErrorKind, lastApplied: c.NextSequence - 1, pends: int64(len(c.Pending))}
+	now := searchValues{set: true, user: c.UserID, errKind: c.LastErrorKind, lastApplied: c.NextSequence - 1, pends: int64(len(c.Pending)) + c.Overflow}
 	if now == c.published {
 		return nil
 	}

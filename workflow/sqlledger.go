@@ -21,8 +21,10 @@ const (
 )
 
 // SQLLedger is a durable Ledger in a table of PostgreSQL or SQLite, PREFIX+"handoffs", one row
-// per (conversation, sequence), and a StateStore in PREFIX+"conversation_states", one row per
-// conversation whose run ended idle. Share it between the bridges and workers of all members,
+// per (conversation, sequence), a StateStore in PREFIX+"conversation_states", one row per
+// conversation whose run ended idle, and an OverflowStore in PREFIX+"overflow", the pending
+// requests a run continued into it rather than into its continue-as-new input. It is a
+// LedgerEraser too: Purge deletes hand-offs by age, DeleteUser a user's rows. Share it between the bridges and workers of all members,
 // next to the session store and the inbox. It is safe for concurrent use by goroutines and
 // processes; call Migrate before the first use.
 type SQLLedger struct {
@@ -31,8 +33,10 @@ type SQLLedger struct {
 }
 
 var (
-	_ Ledger     = (*SQLLedger)(nil)
-	_ StateStore = (*SQLLedger)(nil)
+	_ Ledger        = (*SQLLedger)(nil)
+	_ StateStore    = (*SQLLedger)(nil)
+	_ OverflowStore = (*SQLLedger)(nil)
+	_ LedgerEraser  = (*SQLLedger)(nil)
 )
 
 var ledgerMigrations = []sqldialect.Migration{{Version: 1, Statements: []string{
@@ -51,6 +55,23 @@ var ledgerMigrations = []sqldialect.Migration{{Version: 1, Statements: []string{
 		state {bytes} NOT NULL,
 		saved_at {time} NOT NULL
 	)`,
+}}, {Version: 3, Statements: []string{
+	// The user of each row, for per-user deletion (DeleteUser); rows written before it say ''.
+	`ALTER TABLE {p}handoffs ADD COLUMN user_id TEXT NOT NULL DEFAULT ''`,
+	`CREATE INDEX {p}handoffs_user ON {p}handoffs (user_id)`,
+	`ALTER TABLE {p}conversation_states ADD COLUMN user_id TEXT NOT NULL DEFAULT ''`,
+	`CREATE INDEX {p}conversation_states_user ON {p}conversation_states (user_id)`,
+	// The pending requests a run continued into the store instead of its continue-as-new
+	// input (OverflowStore), by position in the conversation's queue.
+	`CREATE TABLE {p}overflow (
+		conversation_id TEXT NOT NULL,
+		position BIGINT NOT NULL,
+		user_id TEXT NOT NULL,
+		envelope {bytes} NOT NULL,
+		saved_at {time} NOT NULL,
+		PRIMARY KEY (conversation_id, position)
+	)`,
+	`CREATE INDEX {p}overflow_user ON {p}overflow (user_id)`,
 }}}
 
 // NewSQLLedger returns a ledger on db with tables named prefix+"handoffs" (prefix "" means
@@ -79,8 +100,8 @@ func (l *SQLLedger) Migrate(ctx context.Context) error {
 // (conversation, sequence). Each row is its own statement: after a failure, recording the
 // same envelopes again adds what is missing.
 func (l *SQLLedger) Record(ctx context.Context, envs ...Envelope) error {
-	q := l.d.Query(`INSERT INTO {p}handoffs (conversation_id, sequence, request_id, envelope, handed_at)
-		VALUES ($1, $2, $3, $4, $5) ON CONFLICT (conversation_id, sequence) DO NOTHING`)
+	q := l.d.Query(`INSERT INTO {p}handoffs (conversation_id, sequence, request_id, envelope, handed_at, user_id)
+		VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (conversation_id, sequence) DO NOTHING`)
 	now := l.d.Time(time.Now())
 	return l.d.Write(ctx, l.db, func() error {
 		for _, env := range envs {
@@ -91,7 +112,7 @@ func (l *SQLLedger) Record(ctx context.Context, envs ...Envelope) error {
 			if err != nil {
 				return fmt.Errorf("workflow: ledger: encode %s: %w", env.Request.ID, err)
 			}
-			if _, err := l.db.ExecContext(ctx, q, env.Request.ConversationID, env.Request.Sequence, env.Request.ID, data, now); err != nil {
+			if _, err := l.db.ExecContext(ctx, q, env.Request.ConversationID, env.Request.Sequence, env.Request.ID, data, now, env.Request.UserID); err != nil {
 				return fmt.Errorf("workflow: ledger: record %s: %w", env.Request.ID, sqldialect.ClassifyContext(ctx, err))
 			}
 		}
@@ -160,10 +181,10 @@ func (l *SQLLedger) SaveState(ctx context.Context, st State) error {
 	if err != nil {
 		return fmt.Errorf("workflow: ledger: encode state of %s: %w", st.ConversationID, err)
 	}
-	q := l.d.Query(`INSERT INTO {p}conversation_states (conversation_id, state, saved_at) VALUES ($1, $2, $3)
-		ON CONFLICT (conversation_id) DO UPDATE SET state = excluded.state, saved_at = excluded.saved_at`)
+	q := l.d.Query(`INSERT INTO {p}conversation_states (conversation_id, state, saved_at, user_id) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (conversation_id) DO UPDATE SET state = excluded.state, saved_at = excluded.saved_at, user_id = excluded.user_id`)
 	return l.d.Write(ctx, l.db, func() error {
-		if _, err := l.db.ExecContext(ctx, q, st.ConversationID, data, l.d.Time(time.Now())); err != nil {
+		if _, err := l.db.ExecContext(ctx, q, st.ConversationID, data, l.d.Time(time.Now()), st.UserID); err != nil {
 			return fmt.Errorf("workflow: ledger: save state of %s: %w", st.ConversationID, sqldialect.ClassifyContext(ctx, err))
 		}
 		return nil

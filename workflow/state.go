@@ -47,7 +47,7 @@ var stateActivityOptions = twf.ActivityOptions{
 
 // fresh reports whether st is what the bridge starts a conversation with: no progress carried.
 func fresh(st State) bool {
-	return st.NextSequence <= 1 && st.Applied == 0 && len(st.Recent) == 0 && len(st.Pending) == 0
+	return st.NextSequence <= 1 && st.Applied == 0 && len(st.Recent) == 0 && len(st.Pending) == 0 && st.Overflow == 0
 }
 
 // loadState gives a fresh run the State its conversation's previous run saved when it ended

@@ -67,6 +67,16 @@ type Config struct {
 	// still apply once, since the Runner's inbox replays their stored result. Default
 	// DefaultDedupWindow.
 	DedupWindow int `json:"dedup_window,omitempty"`
+	// MaxCarriedBytes bounds the encoded size of the pending requests a run hands the next
+	// one in its continue-as-new input: the rest waits in the workers' OverflowStore
+	// (WorkerOptions.States) and comes back into the conversation's runs as they apply
+	// requests, oldest first. The whole input is then at most MaxCarriedBytes plus the dedup
+	// window (DedupWindow request ids, about 40 bytes each) plus about 1 KB of fixed fields:
+	// under 300 KB by default, far below the server's 2 MB payload limit (limit.blobSize.error)
+	// whatever the backlog. Without an OverflowStore the whole backlog travels, as before
+	// (about 260 bytes per pending request: the limit is passed near 8,000). At most
+	// MaxCarriedBytesLimit. Default DefaultMaxCarriedBytes.
+	MaxCarriedBytes int `json:"max_carried_bytes,omitempty"`
 	// SearchAttributes makes the workflow keep the typed search attributes of
 	// SearchAttributeTypes up to date. The namespace must have them registered, or every
 	// upsert fails the workflow task; off by default.
@@ -80,6 +90,10 @@ const (
 	DefaultMaxHistoryEvents = 10_000
 	DefaultMaxSignalsPerRun = 2_000
 	DefaultDedupWindow      = 1_000
+	DefaultMaxCarriedBytes  = 256 << 10
+	// MaxCarriedBytesLimit is the largest Config.MaxCarriedBytes NewBridge takes: half the
+	// server's default payload limit of 2 MiB.
+	MaxCarriedBytesLimit = 1 << 20
 )
 
 func (c Config) withDefaults() Config {
@@ -95,6 +109,7 @@ func (c Config) withDefaults() Config {
 	def(&c.MaxHistoryEvents, DefaultMaxHistoryEvents)
 	def(&c.MaxSignalsPerRun, DefaultMaxSignalsPerRun)
 	def(&c.DedupWindow, DefaultDedupWindow)
+	def(&c.MaxCarriedBytes, DefaultMaxCarriedBytes)
 	return c
 }
 
@@ -105,8 +120,16 @@ type State struct {
 	Config         Config `json:"config"`
 	// NextSequence is the Sequence the gate waits for next; 0 means 1.
 	NextSequence int64 `json:"next_sequence,omitempty"`
-	// Pending are the requests received but not applied yet, in arrival order.
+	// Pending are the requests received but not applied yet, in arrival order, at most
+	// Config.MaxCarriedBytes of them when the workers have an OverflowStore.
 	Pending []Envelope `json:"pending,omitempty"`
+	// Overflow counts the pending requests a run stored in the workers' OverflowStore rather
+	// than carry them here (Config.MaxCarriedBytes), at positions OverflowFrom to
+	// OverflowFrom+Overflow-1 of the conversation's queue. They arrived after Pending[:Older]
+	// and before the rest of Pending, and apply in that order.
+	Overflow     int64 `json:"overflow,omitempty"`
+	OverflowFrom int64 `json:"overflow_from,omitempty"`
+	Older        int   `json:"older,omitempty"`
 	// Recent are the request ids applied most recently, oldest first, at most
 	// Config.DedupWindow of them.
 	Recent []string `json:"recent,omitempty"`
@@ -126,6 +149,9 @@ type Status struct {
 	Applied int64 `json:"applied"`
 	// Pending counts the requests received and not applied yet (held at a gap, or queued).
 	Pending int `json:"pending"`
+	// Overflow counts, of Pending, the requests waiting in the workers' OverflowStore
+	// (State.Overflow); PendingSequences does not list theirs.
+	Overflow int64 `json:"overflow,omitempty"`
 	// PendingSequences are the sequences of the pending sequenced requests, ascending.
 	PendingSequences []int64 `json:"pending_sequences,omitempty"`
 	RunID            string  `json:"run_id"`

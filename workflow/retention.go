@@ -1,0 +1,345 @@
+package workflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+
+	"github.com/turnstile-go/turnstile/inbox"
+	"github.com/turnstile-go/turnstile/internal/sqldialect"
+)
+
+// LedgerEraser is a Ledger that forgets: by age (Purge, which RunLedgerPurge schedules) and by
+// user (DeleteUser, which the per-user deletion calls). SQLLedger and MemoryLedger implement
+// it. The ledger holds the text of every sequenced request handed off (Reconcile re-sends a
+// gap from it), so without a purge it grows with every request.
+type LedgerEraser interface {
+	// Purge deletes the hand-offs recorded before the cutoff and returns how many it deleted,
+	// also when it fails part way. It leaves the idle runs' States (the sequence mark a
+	// conversation's next run starts from: without it the next run would wait for sequence 1)
+	// and the overflow of running conversations (requests not applied yet).
+	Purge(ctx context.Context, before time.Time) (int64, error)
+	// DeleteUser deletes the rows of userID (hand-offs of the user's requests, the States and
+	// overflow the user's conversations saved) and every row of the conversations given,
+	// whoever's; it returns how many rows it deleted. Rows written before a SQLLedger's schema
+	// version 3 carry no user: only the conversations given reach them.
+	DeleteUser(ctx context.Context, userID string, conversationIDs []string) (int64, error)
+}
+
+// RunLedgerPurge purges l by age on s's schedule, as inbox.RunPurge does the inbox: at once
+// and then every s.Every, the hand-offs recorded before now less s.Horizon, until ctx ends.
+// Keep s.Horizon longer than a gap may stay open (Reconcile re-sends a gap from the ledger, and
+// cannot once the rows are gone) and longer than the requests topic's retention. Errors: a nil
+// ledger, an invalid schedule.
+func RunLedgerPurge(ctx context.Context, l LedgerEraser, s inbox.PurgeSchedule) error {
+	if l == nil {
+		return errors.New("workflow: RunLedgerPurge: nil ledger")
+	}
+	return inbox.RunPurgeFunc(ctx, "ledger", l.Purge, s)
+}
+
+// ledgerPurgeBatch is how many hand-offs one purge statement deletes.
+const ledgerPurgeBatch = 1000
+
+// Purge implements LedgerEraser, in batches of ledgerPurgeBatch rows that commit on their own.
+func (l *SQLLedger) Purge(ctx context.Context, before time.Time) (int64, error) {
+	q := l.d.Query(`DELETE FROM {p}handoffs WHERE handed_at < $1 AND (conversation_id, sequence) IN (
+		SELECT conversation_id, sequence FROM {p}handoffs WHERE handed_at < $1 LIMIT $2)`)
+	var total int64
+	for {
+		var n int64
+		err := l.d.Write(ctx, l.db, func() error {
+			res, err := l.db.ExecContext(ctx, q, l.d.Time(before), ledgerPurgeBatch)
+			if err == nil {
+				n, err = res.RowsAffected()
+			}
+			return err
+		})
+		if err != nil {
+			return total, fmt.Errorf("workflow: ledger: purge: %w", sqldialect.ClassifyContext(ctx, err))
+		}
+		if total += n; n < ledgerPurgeBatch {
+			return total, nil
+		}
+	}
+}
+
+// DeleteUser implements LedgerEraser in one transaction.
+func (l *SQLLedger) DeleteUser(ctx context.Context, userID string, conversationIDs []string) (int64, error) {
+	if userID == "" {
+		return 0, errors.New("workflow: ledger: DeleteUser: empty user id")
+	}
+	tables := []string{"handoffs", "conversation_states", "overflow"}
+	var total int64
+	err := l.d.Write(ctx, l.db, func() error {
+		tx, err := l.db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback() }()
+		exec := func(q string, arg any) error {
+			res, err := tx.ExecContext(ctx, l.d.Query(q), arg)
+			if err != nil {
+				return err
+			}
+			n, err := res.RowsAffected()
+			total += n
+			return err
+		}
+		for _, t := range tables {
+			if err := exec(`DELETE FROM {p}`+t+` WHERE user_id = $1`, userID); err != nil {
+				return err
+			}
+			for _, conv := range conversationIDs {
+				if err := exec(`DELETE FROM {p}`+t+` WHERE conversation_id = $1`, conv); err != nil {
+					return err
+				}
+			}
+		}
+		return tx.Commit()
+	})
+	if err != nil {
+		return 0, fmt.Errorf("workflow: ledger: delete user %s: %w", userID, sqldialect.ClassifyContext(ctx, err))
+	}
+	return total, nil
+}
+
+// Purge implements LedgerEraser.
+func (l *MemoryLedger) Purge(_ context.Context, before time.Time) (int64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var n int64
+	for id, c := range l.convs {
+		for seq, r := range c.bySeq {
+			if r.at.Before(before) {
+				delete(c.bySeq, seq)
+				n++
+			}
+		}
+		if len(c.bySeq) == 0 {
+			delete(l.convs, id)
+		}
+	}
+	return n, nil
+}
+
+// DeleteUser implements LedgerEraser.
+func (l *MemoryLedger) DeleteUser(_ context.Context, userID string, conversationIDs []string) (int64, error) {
+	if userID == "" {
+		return 0, errors.New("workflow: ledger: DeleteUser: empty user id")
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var n int64
+	for id, c := range l.convs {
+		whole := slices.Contains(conversationIDs, id)
+		for seq, r := range c.bySeq {
+			if whole || r.env.Request.UserID == userID {
+				delete(c.bySeq, seq)
+				n++
+			}
+		}
+		if len(c.bySeq) == 0 {
+			delete(l.convs, id)
+		}
+	}
+	for id, st := range l.states {
+		if st.UserID == userID || slices.Contains(conversationIDs, id) {
+			delete(l.states, id)
+			n++
+		}
+	}
+	for id, q := range l.overflow {
+		for pos, env := range q {
+			if env.Request.UserID == userID || slices.Contains(conversationIDs, id) {
+				delete(q, pos)
+				n++
+			}
+		}
+	}
+	return n, nil
+}
+
+// UserDeletion configures DeleteUser.
+type UserDeletion struct {
+	// Namespace of the conversation workflows; default "default".
+	Namespace string
+	// Conversations are conversation ids known to be the user's besides those the visibility
+	// store finds by the TurnstileUser search attribute: the conversations of the user's
+	// sessions (sqlsession.Store.List with ListFilter.User), which reach workflows that ran
+	// without Config.SearchAttributes. Their workflow ids are IDPrefix + id.
+	Conversations []string
+	// IDPrefix is BridgeOptions.IDPrefix; default DefaultIDPrefix.
+	IDPrefix string
+	// Ledger, when set, loses the user's rows and every row of the conversations found
+	// (LedgerEraser.DeleteUser).
+	Ledger LedgerEraser
+	// Reason is recorded on each terminated run; default "per-user deletion".
+	Reason string
+}
+
+// UserDeleted is what DeleteUser removed.
+type UserDeleted struct {
+	// Conversations are the conversation ids whose workflows were looked for, ascending.
+	Conversations []string `json:"conversations"`
+	// Terminated counts the running runs terminated; Deleted the runs (open and closed)
+	// deleted.
+	Terminated int `json:"terminated"`
+	Deleted    int `json:"deleted"`
+	// LedgerRows counts the ledger rows deleted.
+	LedgerRows int64 `json:"ledger_rows"`
+}
+
+// DeleteUser removes what Temporal mode keeps of one user (a data-deletion request, beside
+// the session store's DeleteUser): every run of the user's conversation workflows, found in
+// the visibility store (TurnstileUser = userID, when the workflows keep search attributes)
+// and by opts.Conversations, is terminated when running (client.TerminateWorkflow) and then
+// deleted with its history (the WorkflowService's DeleteWorkflowExecution), since the
+// histories hold the texts of the user's requests (the inputs of signals and activities);
+// then the user's ledger rows go (opts.Ledger). Without the deletion, a closed run stays
+// until the namespace's retention period has passed after it closed.
+//
+// The server deletes asynchronously: the runs leave the visibility store within seconds.
+// Stop the user's traffic first: a request still in the requests topic starts a new run.
+// A run that is already gone is no error. Errors: an empty user id, a nil client, the
+// server's or the ledger's (what was removed before stays removed; running DeleteUser again
+// removes the rest).
+func DeleteUser(ctx context.Context, c client.Client, userID string, opts UserDeletion) (UserDeleted, error) {
+	var out UserDeleted
+	switch {
+	case c == nil:
+		return out, errors.New("workflow: DeleteUser: nil client")
+	case userID == "":
+		return out, errors.New("workflow: DeleteUser: empty user id")
+	}
+	if opts.Namespace == "" {
+		opts.Namespace = "default"
+	}
+	if opts.IDPrefix == "" {
+		opts.IDPrefix = DefaultIDPrefix
+	}
+	if opts.Reason == "" {
+		opts.Reason = "per-user deletion"
+	}
+	runs, convs, err := userRuns(ctx, c, userID, opts)
+	if err != nil {
+		return out, err
+	}
+	out.Conversations = convs
+	for _, r := range runs {
+		if r.GetStatus() == enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			err := c.TerminateWorkflow(ctx, r.GetExecution().GetWorkflowId(), r.GetExecution().GetRunId(), opts.Reason)
+			if err != nil && !gone(err) {
+				return out, fmt.Errorf("workflow: DeleteUser: terminate %s: %w", r.GetExecution().GetWorkflowId(), err)
+			}
+			out.Terminated++
+		}
+		_, err := c.WorkflowService().DeleteWorkflowExecution(ctx, &workflowservice.DeleteWorkflowExecutionRequest{
+			Namespace: opts.Namespace, WorkflowExecution: r.GetExecution()})
+		if err != nil && !gone(err) {
+			return out, fmt.Errorf("workflow: DeleteUser: delete %s run %s: %w", r.GetExecution().GetWorkflowId(), r.GetExecution().GetRunId(), err)
+		}
+		out.Deleted++
+	}
+	if opts.Ledger != nil {
+		n, err := opts.Ledger.DeleteUser(ctx, userID, convs)
+		out.LedgerRows = n
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// gone reports whether err says the run is not there (deleted already) or closed already.
+func gone(err error) bool {
+	var nf *serviceerror.NotFound
+	return errors.As(err, &nf) || strings.Contains(strings.ToLower(err.Error()), "already completed")
+}
+
+// userRuns lists every run of the user's conversation workflows: by the TurnstileUser search
+// attribute (a namespace without it registered has no such runs) and by the workflow ids of
+// opts.Conversations; and the conversation ids, ascending.
+func userRuns(ctx context.Context, c client.Client, userID string, opts UserDeletion) ([]*workflowExecutionInfo, []string, error) {
+	seen := map[string]bool{}
+	var runs []*workflowExecutionInfo
+	convs := map[string]bool{}
+	for _, id := range opts.Conversations {
+		convs[id] = true
+	}
+	add := func(query string, tolerateUnknown bool) error {
+		var token []byte
+		for {
+			resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: opts.Namespace, Query: query, NextPageToken: token})
+			var bad *serviceerror.InvalidArgument
+			if tolerateUnknown && errors.As(err, &bad) {
+				return nil // TurnstileUser is not registered: no workflow keeps it
+			}
+			if err != nil {
+				return fmt.Errorf("workflow: DeleteUser: list %s: %w", query, err)
+			}
+			for _, e := range resp.GetExecutions() {
+				key := e.GetExecution().GetWorkflowId() + "/" + e.GetExecution().GetRunId()
+				if !seen[key] {
+					seen[key] = true
+					runs = append(runs, e)
+				}
+				if conv := searchKeyword(e, SearchConversation.GetName()); conv != "" {
+					convs[conv] = true
+				}
+			}
+			if token = resp.GetNextPageToken(); len(token) == 0 {
+				return nil
+			}
+		}
+	}
+	if err := add(fmt.Sprintf("%s = %s", SearchUser.GetName(), quoteList(userID)), true); err != nil {
+		return nil, nil, err
+	}
+	for chunk := range slices.Chunk(opts.Conversations, 50) {
+		ids := make([]string, len(chunk))
+		for i, conv := range chunk {
+			ids[i] = quoteList(opts.IDPrefix + conv)
+		}
+		if err := add("WorkflowId IN ("+strings.Join(ids, ", ")+")", false); err != nil {
+			return nil, nil, err
+		}
+	}
+	ids := make([]string, 0, len(convs))
+	for id := range convs {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return runs, ids, nil
+}
+
+// workflowExecutionInfo is a run as the visibility store lists it.
+type workflowExecutionInfo = workflowpb.WorkflowExecutionInfo
+
+// searchKeyword returns the Keyword search attribute name of a listed run, "" without it.
+func searchKeyword(e *workflowExecutionInfo, name string) string {
+	p := e.GetSearchAttributes().GetIndexedFields()[name]
+	if p == nil {
+		return ""
+	}
+	var s string
+	if err := converter.GetDefaultDataConverter().FromPayload(p, &s); err != nil {
+		return ""
+	}
+	return s
+}
+
+// quoteList quotes s as a string literal of a visibility list query.
+func quoteList(s string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
+}
