@@ -3,11 +3,16 @@ package workflow
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/turnstile-go/turnstile/internal/sqltest"
@@ -136,4 +141,103 @@ func ledgerOpeners() map[string]func(t *testing.T) Ledger {
 		}
 	}
 	return ledgers
+}
+
+// long selects the long form of the backlog test: 5,000 requests at the default bound.
+var long = flag.Bool("long", false, "long tests: TestDevServerBacklogBoundedCarry with 5,000 requests")
+
+// The acceptance line: a backlog of one conversation's requests produced at once (5,000 under
+// -long at the default MaxCarriedBytes; 500 by default, with a 16 KiB bound so that the
+// overflow is used), continue-as-new every 100 turns: every turn once, in order, no run
+// terminated or failed, and the largest continue-as-new input under the documented bound
+// (MaxCarriedBytes + 40 bytes per DedupWindow id + 1 KB).
+func TestDevServerBacklogBoundedCarry(t *testing.T) {
+	t.Parallel()
+	n, bound, within := 500, 16<<10, wait
+	if *long {
+		n, bound, within = 5000, DefaultMaxCarriedBytes, 30*time.Minute
+	}
+	s := newStack(t, 1)
+	s.startWorker(nil)
+	b := s.bridge(BridgeOptions{Config: Config{MaxTurnsPerRun: 100, MaxSignalsPerRun: serverSignalLimit / 2, MaxCarriedBytes: bound, IdleTimeout: time.Minute}})
+	s.startMember(b, nil)
+	conv := s.cluster.Unique("backlog")
+	start := time.Now()
+	for seq := int64(1); seq <= int64(n); seq++ {
+		s.produce(request(conv, seq, fmt.Sprintf("message %d of a long backlog, about the size of a user's question", seq)), nil)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			qst, qerr := s.status(context.Background(), b, conv)
+			t.Logf("status: %+v %v", qst, qerr)
+			msgs := s.logs.matching("")
+			for _, m := range msgs {
+				if !strings.HasPrefix(m, "DEBUG") {
+					t.Log(m)
+				}
+			}
+		}
+	})
+	st := s.waitAppliedWithin(b, conv, int64(n), within)
+	t.Logf("%d turns in %s", n, time.Since(start).Round(time.Second))
+	require.Equal(t, int64(n), st.LastAppliedSequence)
+	require.Zero(t, st.Pending)
+	seqs := s.model.sequences()
+	require.Len(t, seqs, n, "the model ran once per request")
+	for i, seq := range seqs {
+		require.Equal(t, int64(i+1), seq, "turn %d applied in sequence order", i)
+	}
+	wid := b.WorkflowID(conv)
+	resp, err := s.client.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{
+		Query: fmt.Sprintf("WorkflowId = '%s' AND ExecutionStatus IN ('Terminated', 'Failed', 'TimedOut')", wid)})
+	require.NoError(t, err)
+	require.Empty(t, resp.Executions, "no run terminated or failed")
+	largest, overflowed, runs := 0, false, 0
+	for _, in := range s.continuedInputs(wid) {
+		runs++
+		largest = max(largest, in.size)
+		overflowed = overflowed || in.state.Overflow > 0
+	}
+	documented := bound + 40*DefaultDedupWindow + 1<<10
+	t.Logf("%d runs continued as new; largest continue-as-new input %d bytes (documented bound %d, MaxCarriedBytes %d)", runs, largest, documented, bound)
+	require.GreaterOrEqual(t, runs, n/100-1)
+	require.True(t, overflowed, "the backlog passed the bound and waited in the OverflowStore")
+	require.Less(t, largest, documented)
+}
+
+// continuedInput is the input of a run's continue-as-new: its encoded size and its State.
+type continuedInput struct {
+	size  int
+	state State
+}
+
+// continuedInputs returns the continue-as-new input of every continued run of a workflow id.
+func (s *stack) continuedInputs(workflowID string) []continuedInput {
+	s.t.Helper()
+	ctx := context.Background()
+	var out []continuedInput
+	var token []byte
+	for {
+		resp, err := s.client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{NextPageToken: token,
+			Query: fmt.Sprintf("WorkflowId = '%s' AND ExecutionStatus = 'ContinuedAsNew'", workflowID)})
+		require.NoError(s.t, err)
+		for _, e := range resp.Executions {
+			it := s.client.GetWorkflowHistory(ctx, workflowID, e.Execution.RunId, false, enums.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT)
+			for it.HasNext() {
+				ev, err := it.Next()
+				require.NoError(s.t, err)
+				if attrs := ev.GetWorkflowExecutionContinuedAsNewEventAttributes(); attrs != nil {
+					var in continuedInput
+					for _, p := range attrs.Input.GetPayloads() {
+						in.size += len(p.GetData())
+					}
+					require.NoError(s.t, converter.GetDefaultDataConverter().FromPayloads(attrs.Input, &in.state))
+					out = append(out, in)
+				}
+			}
+		}
+		if token = resp.NextPageToken; len(token) == 0 {
+			return out
+		}
+	}
 }

@@ -367,9 +367,16 @@ func (a *worker) continueAsNew(ctx, actx twf.Context, c *conversation, signals t
 		}
 		c.drain(ctx, signals)
 	}
-	c.drain(ctx, signals)
-	if err := a.carry(ctx, c); err != nil {
-		return err
+	for {
+		c.drain(ctx, signals)
+		// Storing the overflow takes activities, while which signals may come in: they are
+		// drained and stored too before the run hands over.
+		if err := a.carry(ctx, c); err != nil {
+			return err
+		}
+		if signals.Len() == 0 {
+			break
+		}
 	}
 	twf.GetLogger(ctx).Info("continuing as new", "conversation_id", c.ConversationID,
 		"turns_this_run", c.turnsThisRun, "signals", c.signals, "pending", len(c.Pending))

@@ -239,10 +239,12 @@ func DeleteUser(ctx context.Context, c client.Client, userID string, opts UserDe
 	for _, r := range runs {
 		if r.GetStatus() == enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
 			err := c.TerminateWorkflow(ctx, r.GetExecution().GetWorkflowId(), r.GetExecution().GetRunId(), opts.Reason)
-			if err != nil && !gone(err) {
+			switch {
+			case err == nil:
+				out.Terminated++
+			case !gone(err): // gone: it closed meanwhile (visibility lags) or was deleted
 				return out, fmt.Errorf("workflow: DeleteUser: terminate %s: %w", r.GetExecution().GetWorkflowId(), err)
 			}
-			out.Terminated++
 		}
 		_, err := c.WorkflowService().DeleteWorkflowExecution(ctx, &workflowservice.DeleteWorkflowExecutionRequest{
 			Namespace: opts.Namespace, WorkflowExecution: r.GetExecution()})

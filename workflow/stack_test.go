@@ -165,6 +165,12 @@ func (s *stack) status(ctx context.Context, b *Bridge, conv string) (Status, err
 // waitApplied waits until the conversation's workflow has applied n turns.
 func (s *stack) waitApplied(b *Bridge, conv string, n int64) Status {
 	s.t.Helper()
+	return s.waitAppliedWithin(b, conv, n, wait)
+}
+
+// waitAppliedWithin is waitApplied with a deadline of its own, for long tests.
+func (s *stack) waitAppliedWithin(b *Bridge, conv string, n int64, within time.Duration) Status {
+	s.t.Helper()
 	var last Status
 	require.Eventually(s.t, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -174,7 +180,7 @@ func (s *stack) waitApplied(b *Bridge, conv string, n int64) Status {
 			last = st
 		}
 		return err == nil && st.Applied >= n
-	}, wait, 50*time.Millisecond, "conversation %s: want %d applied, last status %+v", conv, n, last)
+	}, within, 50*time.Millisecond, "conversation %s: want %d applied, last status %+v", conv, n, last)
 	return last
 }
 
