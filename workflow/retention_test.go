@@ -189,7 +189,7 @@ func TestRunLedgerPurge(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- RunLedgerPurge(ctx, l, inbox.PurgeSchedule{Horizon: time.Nanosecond, Every: time.Millisecond, Logger: discardLogger(),
-			NowFunc:    func() time.Time { return time.Now().Add(time.Hour) },
+			NowFunc: func() time.Time { return time.Now().Add(time.Hour) },
 			PurgedFunc: func(n int64, _ error) {
 				select {
 				case purged <- n:
