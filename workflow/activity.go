@@ -269,8 +269,18 @@ func (a *worker) applyTurn(ctx context.Context, env Envelope, in TurnInput) (Out
 		a.opts.Logger.Warn("turn attempt failed; the activity retries", "request_id", req.ID, "conversation_id", req.ConversationID,
 			"topic", env.Source.Topic, "partition", env.Source.Partition, "offset", env.Source.Offset,
 			"attempt", attempt, "kind", kind.String(), "err", err)
-		return Outcome{}, temporal.NewApplicationError(err.Error(), errorType(kind))
+		return Outcome{}, retried(err.Error(), kind)
 	}
+}
+
+// retried is the error of an attempt that the activity's retry policy retries and that
+// turnstile has logged itself (one WARN line with the request's ids): an ApplicationError of
+// the kind's type in the benign category (temporal.ApplicationErrorCategoryBenign), which the
+// SDK logs at DEBUG rather than as "Activity error." at ERROR, and leaves out of its failure
+// metrics. The retry policy reads only the type, so retries are as before.
+func retried(msg string, kind turn.Kind) error {
+	return temporal.NewApplicationErrorWithOptions(msg, errorType(kind),
+		temporal.ApplicationErrorOptions{Category: temporal.ApplicationErrorCategoryBenign})
 }
 
 // aloneWeight is the weight of the worker's turns semaphore: a turn run alone acquires all of it.
@@ -406,7 +416,7 @@ func (a *worker) publishResult(ctx context.Context, env Envelope, res turn.Resul
 	}
 	a.opts.Logger.Warn("result publish failed; the activity retries", "request_id", env.Request.ID,
 		"conversation_id", env.Request.ConversationID, "err", err)
-	return Outcome{}, temporal.NewApplicationError("publish result: "+err.Error(), errorType(turn.KindUnavailable))
+	return Outcome{}, retried("publish result: "+err.Error(), turn.KindUnavailable)
 }
 
 func (a *worker) deadLetter(ctx context.Context, env Envelope, dl DeadLetter, kind turn.Kind) (Outcome, error) {
@@ -416,7 +426,7 @@ func (a *worker) deadLetter(ctx context.Context, env Envelope, dl DeadLetter, ki
 	if err := a.opts.Publisher.PublishDeadLetter(ctx, env, dl); err != nil {
 		a.opts.Logger.Warn("dead-letter publish failed; the activity retries", "request_id", env.Request.ID,
 			"conversation_id", env.Request.ConversationID, "err", err)
-		return Outcome{}, temporal.NewApplicationError("publish dead letter: "+err.Error(), errorType(turn.KindUnavailable))
+		return Outcome{}, retried("publish dead letter: "+err.Error(), turn.KindUnavailable)
 	}
 	a.opts.Logger.Error("request dead-lettered", "request_id", env.Request.ID, "conversation_id", env.Request.ConversationID,
 		"topic", env.Source.Topic, "partition", env.Source.Partition, "offset", env.Source.Offset, "reason", dl.Reason)

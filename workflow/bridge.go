@@ -32,7 +32,8 @@ type BridgeOptions struct {
 	// DefaultIDPrefix.
 	IDPrefix string
 	// Headers names the record headers carried into Temporal (and to the model's input);
-	// default DefaultHeaders. The bridge reads them from Tap.
+	// default DefaultHeaders. The bridge reads them from turn.Request.Headers, which the
+	// consumer sets from the record, or from Tap for a request without them.
 	Headers []string
 	// Tap, when set, supplies the record headers of requests that come without
 	// turn.Request.Headers: add it to the consumer's Sarama.Consumer.Interceptors. The consumer

@@ -16,23 +16,31 @@
 //
 // # Wiring
 //
-// On each worker:
+// On each worker (client and worker are the SDK's packages, twf its workflow package, whose
+// ContextPropagator type the client takes):
 //
-//	c, _ := client.Dial(client.Options{HostPort: hp, ContextPropagators: []workflow.ContextPropagator{workflow.NewContextPropagator()}})
-//	w := worker.New(c, "turnstile", worker.Options{})
-//	pub, _ := workflow.NewKafkaPublisher(brokers, nil, "agent.results", "agent.requests.dlq")
-//	_ = workflow.Register(w, workflow.WorkerOptions{Runner: runner, Publisher: pub, States: ledger})
-//	_ = w.Run(worker.InterruptCh())
+//	c, err := client.Dial(client.Options{HostPort: hostPort, ContextPropagators: []twf.ContextPropagator{workflow.NewContextPropagator()}})
+//	must(err)
+//	pub, err := workflow.NewKafkaPublisher(brokers, nil, "agent.results", "agent.requests.dlq")
+//	must(err)
+//	w, err := workflow.NewWorker(c, "turnstile", worker.Options{}, workflow.WorkerOptions{Runner: runner, Publisher: pub, States: ledger})
+//	must(err)
+//	must(w.Run(worker.InterruptCh())) // on SIGTERM: the turns in flight finish first
 //
-// On each consumer member (the tap hands the record headers, such as traceparent, to the
-// bridge; the ledger is the durable record of what was handed off, for Reconcile):
+// On each consumer member (the consumer hands the bridge each request with its record's
+// headers, such as traceparent; the ledger is the durable record of what was handed off, for
+// Reconcile):
 //
-//	tap := workflow.NewHeaderTap(0)
-//	bridge, _ := workflow.NewBridge(c, workflow.BridgeOptions{TaskQueue: "turnstile", Tap: tap, Ledger: ledger})
-//	sc := sarama.NewConfig(); sc.Version = sarama.V3_6_0_0
-//	sc.Consumer.Interceptors = []sarama.ConsumerInterceptor{tap}
-//	cons, _ := consumer.New(consumer.Config{..., Sarama: sc}, bridge)
-//	_ = cons.Run(ctx)
+//	bridge, err := workflow.NewBridge(c, workflow.BridgeOptions{TaskQueue: "turnstile", Ledger: ledger})
+//	must(err)
+//	cons, err := consumer.New(consumer.Config{ /* brokers, group, topics */ }, bridge)
+//	must(err)
+//	must(cons.Run(ctx))
+//
+// NewWorker sets worker.Options.WorkerStopTimeout to StopTimeout (the turn activity's
+// timeout): the SDK's default of 0 cancels the turn in flight at once on Stop, and the turn is
+// redone elsewhere after its heartbeat timeout. HeaderTap is for code that hands the bridge
+// requests without turn.Request.Headers; the consumer sets them.
 //
 // A caller that wants the answer synchronously (an HTTP front door) uses Bridge.Submit: an
 // UpdateWithStart whose update id is the request id, answered with the turn's Result.
@@ -62,6 +70,31 @@
 //     retries are unlimited in number because the inbox stays the authority on attempts: the
 //     Runner dead-letters after MaxAttempts, the activity publishes the dead letter, and the
 //     workflow moves on.
+//
+// # Retention and deletion
+//
+// The user's texts live in three places in Temporal mode: the session store (as in direct
+// mode), the workflows' histories (the inputs of signals, updates and activities) and the
+// hand-off ledger (SQLLedger: each sequenced request handed off, an idle run's State, the
+// overflow of a long backlog). DeleteUser terminates the user's running conversation
+// workflows and deletes every run of them with its history (the visibility store finds them
+// by TurnstileUser; pass the conversations of the user's sessions for runs without search
+// attributes), then the user's ledger rows; "turnstile session delete --user U --temporal
+// HOST:PORT" does it before deleting the sessions. RunLedgerPurge (and "turnstile ledger
+// purge") deletes hand-offs older than a horizon, on inbox.RunPurge's schedule. The
+// namespace's retention period (temporal operator namespace update --retention) is how long
+// the server keeps a closed run's history, and so its texts, after the run closed (completed
+// idle, continued as new, terminated): a run is deleted at the end of it without any call,
+// while a running conversation's history is kept for as long as it runs.
+//
+// # What carries across runs
+//
+// A run hands the next one its State: the pending requests, the sequence mark and the dedup
+// window. Config.MaxCarriedBytes (256 KiB by default) bounds the pending requests it carries,
+// so that the continue-as-new input stays under MaxCarriedBytes plus the dedup window (about
+// 40 bytes per id) plus 1 KB whatever the backlog, far below the server's 2 MB payload limit;
+// the rest waits in the workers' OverflowStore (WorkerOptions.States, when it is one: SQLLedger
+// and MemoryLedger are) and comes back, oldest first, as the runs apply requests.
 //
 // # Operating it
 //

@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/IBM/sarama"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 	twf "go.temporal.io/sdk/workflow"
 
 	"github.com/turnstile-go/turnstile/consumer"
+	"github.com/turnstile-go/turnstile/inbox"
 	"github.com/turnstile-go/turnstile/turn"
 	"github.com/turnstile-go/turnstile/workflow"
 )
@@ -36,8 +36,9 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	w := worker.New(c, "turnstile", worker.Options{})
-	if err := workflow.Register(w, workflow.WorkerOptions{Runner: runner, Publisher: pub, States: ledger}); err != nil {
+	// NewWorker: worker.New and Register, with a Stop that lets the turns in flight finish.
+	w, err := workflow.NewWorker(c, "turnstile", worker.Options{}, workflow.WorkerOptions{Runner: runner, Publisher: pub, States: ledger})
+	if err != nil {
 		fmt.Println(err)
 		return
 	}
@@ -47,23 +48,24 @@ func Example() {
 	}
 	defer w.Stop()
 
-	tap := workflow.NewHeaderTap(0)
-	bridge, err := workflow.NewBridge(c, workflow.BridgeOptions{TaskQueue: "turnstile", Tap: tap, Ledger: ledger})
+	// The consumer hands the bridge each request with its record's headers: no HeaderTap.
+	bridge, err := workflow.NewBridge(c, workflow.BridgeOptions{TaskQueue: "turnstile", Ledger: ledger})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	sc := sarama.NewConfig()
-	sc.Version = sarama.V3_6_0_0
-	sc.Consumer.Interceptors = []sarama.ConsumerInterceptor{tap}
 	cons, err := consumer.New(consumer.Config{
 		Brokers: brokers, GroupID: "support-agent", RequestsTopic: "agent.requests",
-		ResultsTopic: "agent.results", DeadLetterTopic: "agent.requests.dlq", Sarama: sc,
+		ResultsTopic: "agent.results", DeadLetterTopic: "agent.requests.dlq",
 	}, bridge)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	go func() { _ = bridge.RunSweeps(ctx, time.Minute, 5*time.Minute) }() // reconcile gaps
+	// The ledger's hand-offs older than 30 days go, as the inbox's entries do.
+	go func() {
+		_ = workflow.RunLedgerPurge(ctx, ledger, inbox.PurgeSchedule{Horizon: 30 * 24 * time.Hour})
+	}()
 	_ = cons.Run(ctx)
 }

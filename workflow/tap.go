@@ -17,10 +17,11 @@ type recordPos struct {
 	offset    int64
 }
 
-// HeaderTap keeps the headers of records as the consumer reads them, for the Bridge to pick
-// up by the request's Source: the consumer's Handler gets the decoded request, not the record.
-// It is a sarama.ConsumerInterceptor: put it in the consumer's
-// Config.Sarama.Consumer.Interceptors. It keeps only the names it is told (NewHeaderTap), and
+// HeaderTap keeps the headers of records as a sarama consumer reads them, for the Bridge to
+// pick up by the request's Source, for code that hands the bridge requests without their
+// headers (turn.Request.Headers): a consumer of the host's own. Package consumer needs none:
+// it sets Request.Headers from each record, and the bridge reads them there first. It is a
+// sarama.ConsumerInterceptor: put it in that consumer's Consumer.Interceptors. It keeps only the names it is told (NewHeaderTap), and
 // at most its size of records, forgetting the oldest first (a record revoked before its turn
 // ran, say). It is safe for concurrent use.
 type HeaderTap struct {

@@ -34,6 +34,8 @@ type flags struct {
 	app     *string
 	json    *bool
 	timeout *time.Duration
+	// temporal, namespace and idPrefix reach the Temporal mode's workflows (withTemporal).
+	temporal, namespace, idPrefix *string
 }
 
 // envPrefix starts the name of every flag's environment variable: --table-prefix is also

@@ -13,8 +13,10 @@
 //	dlq redrive     re-drive dead letters: inbox entries runnable again, requests published again
 //	inbox get       show a request's inbox entry
 //	inbox purge     delete done and dead inbox entries older than a horizon
+//	ledger purge    delete Temporal mode's hand-off ledger rows older than a horizon
 //	session show    show a session's state and recent events, by conversation (and user)
-//	session delete  delete a session, all sessions of a user, or sessions idle for too long;
+//	session delete  delete a session, all sessions of a user (with --temporal, also their
+//	                conversation workflows and ledger rows), or sessions idle for too long;
 //	                --dry-run lists them
 //	replay          copy recorded requests into a sandbox requests topic; it refuses a
 //	                production topic, and a copy the sandbox already holds
@@ -87,8 +89,10 @@ Commands:
   dlq redrive     re-drive dead letters: inbox entries runnable again, requests published again
   inbox get       show a request's inbox entry
   inbox purge     delete done and dead inbox entries older than a horizon
+  ledger purge    delete Temporal mode's hand-off ledger rows older than a horizon
   session show    show a session's state and recent events, by conversation (and user)
-  session delete  delete a session, all sessions of a user, or sessions idle for too long (--dry-run lists them)
+  session delete  delete a session, all sessions of a user (with --temporal, their workflows and ledger rows too),
+                  or sessions idle for too long (--dry-run lists them)
   replay          copy recorded requests into a sandbox requests topic
   lag             committed offset, end offset and lag per partition for a consumer group
   migrate         create or upgrade the session and inbox tables
@@ -115,6 +119,7 @@ var commands = []command{
 	{"dlq redrive", dlqRedriveUsage, dlqRedrive},
 	{"inbox get", inboxGetUsage, inboxGet},
 	{"inbox purge", inboxPurgeUsage, inboxPurge},
+	{"ledger purge", ledgerPurgeUsage, ledgerPurge},
 	{"session show", sessionShowUsage, sessionShow},
 	{"session delete", sessionDeleteUsage, sessionDelete},
 	{"replay", replayUsage, replayCmd},

@@ -56,20 +56,31 @@ idle for longer than --idle-for. A later request of a deleted session starts a f
 --dry-run lists the sessions it would delete (at most 1000; --json for JSON) and deletes
 nothing.
 
+In Temporal mode give --user alone with --temporal (and --namespace, --id-prefix as the
+service's): the user's conversation workflows go first, since their histories hold the user's
+texts (every run of the conversations of the user's sessions, and of those the visibility
+store finds by TurnstileUser: running ones terminated, all deleted with their histories), then
+the user's rows of the hand-off ledger, then the sessions. Without the deletion a closed run's
+history stays until the namespace's retention period has passed. Stop the user's traffic
+first: a request still in the requests topic starts a new workflow.
+
 Examples:
   turnstile session delete --db postgres://turnstile@db:5432/agent --user u-12 --dry-run
   turnstile session delete --db postgres://turnstile@db:5432/agent --user u-12
+  turnstile session delete --db postgres://turnstile@db:5432/agent --user u-12 --temporal temporal:7233
   turnstile session delete --db postgres://turnstile@db:5432/agent --user u-12 --conversation c-7731
   turnstile session delete --db sqlite:/var/lib/agent/turnstile.db --idle-for 2160h
 `
 
 const migrateUsage = `
-Creates or upgrades the session and inbox tables to this version's schema. Safe to run from
-several places at once, and again: what is done already is left alone.
+Creates or upgrades the session and inbox tables (with --ledger, Temporal mode's ledger too)
+to this version's schema. Safe to run from several places at once, and again: what is done
+already is left alone.
 
 Examples:
   turnstile migrate --db postgres://turnstile@db:5432/agent
   turnstile migrate --db sqlite:/var/lib/agent/turnstile.db --table-prefix agent_
+  turnstile migrate --db postgres://turnstile@db:5432/agent --ledger
 `
 
 type entryJSON struct {
@@ -252,7 +263,7 @@ func sessionShow(ctx context.Context, e *env, args []string) error {
 const dryRunLimit = 1000
 
 func sessionDelete(ctx context.Context, e *env, args []string) error {
-	f := newFlags(e, "session delete", sessionDeleteUsage).withDB().withApp().withJSON()
+	f := newFlags(e, "session delete", sessionDeleteUsage).withDB().withApp().withJSON().withTemporal()
 	user := f.String("user", "", "delete this user's sessions (all of them, or --conversation)")
 	conv := f.String("conversation", "", "with --user: delete this conversation only")
 	idle := f.Duration("idle-for", 0, "delete the app's sessions not updated for this long (720h is 30 days)")
@@ -273,6 +284,8 @@ func sessionDelete(ctx context.Context, e *env, args []string) error {
 		return usagef("--conversation needs --user")
 	case *f.json && !*dry:
 		return usagef("--json goes with --dry-run")
+	case *f.temporal != "" && (*user == "" || *conv != ""):
+		return usagef("--temporal goes with --user alone (a user's deletion)")
 	}
 	ctx, ss, _, done, err := f.open(ctx)
 	if err != nil {
@@ -297,6 +310,17 @@ func sessionDelete(ctx context.Context, e *env, args []string) error {
 		}
 		fmt.Fprintf(e.stdout, "deleted session %s\n", key)
 	case *user != "":
+		convs, err := ss.List(ctx, sqlsession.ListFilter{App: *f.app, User: *user})
+		if err != nil {
+			return err
+		}
+		ids := make([]string, 0, len(convs))
+		for _, s := range convs {
+			ids = append(ids, s.Key.Conversation)
+		}
+		if err := deleteUserWorkflows(ctx, e, f, *user, ids); err != nil {
+			return err
+		}
 		n, err := ss.DeleteUser(ctx, *f.app, *user)
 		if err != nil {
 			return err
@@ -354,6 +378,7 @@ func dryRunDelete(ctx context.Context, e *env, ss *sqlsession.Store, lf sqlsessi
 
 func migrateCmd(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "migrate", migrateUsage).withDB()
+	ledger := f.Bool("ledger", false, "also the Temporal mode's ledger tables (workflow.SQLLedger)")
 	if err := f.parse(args); err != nil {
 		return err
 	}
@@ -367,6 +392,17 @@ func migrateCmd(ctx context.Context, e *env, args []string) error {
 	}
 	if err := ib.Migrate(ctx); err != nil {
 		return err
+	}
+	if *ledger {
+		l, done, err := f.ledger()
+		if err != nil {
+			return err
+		}
+		defer done()
+		if err := l.Migrate(ctx); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "Temporal mode's ledger tables (prefix %s) are at this version's schema\n", *f.prefix)
 	}
 	fmt.Fprintf(e.stdout, "sessions and inbox tables (prefix %s) are at this version's schema\n", *f.prefix)
 	return nil
