@@ -119,7 +119,7 @@ func TestDocSnippetsCompile(t *testing.T) {
 	require.NoError(t, err)
 	overlayFile := filepath.Join(dir, "overlay.json")
 	require.NoError(t, os.WriteFile(overlayFile, data, 0o600))
-	args := []string{"vet", "-overlay=" + overlayFile}
+	args := []string{"build", "-overlay=" + overlayFile}
 	for _, p := range pkgs {
 		args = append(args, "./internal/docsnippets/"+p)
 	}

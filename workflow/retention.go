@@ -192,8 +192,9 @@ type UserDeletion struct {
 type UserDeleted struct {
 	// Conversations are the conversation ids whose workflows were looked for, ascending.
 	Conversations []string `json:"conversations"`
-	// Terminated counts the running runs terminated; Deleted the runs (open and closed)
-	// deleted.
+	// Terminated counts the runs deleted while the visibility store listed them as running
+	// (the deletion terminates them first; a run that had just closed may be counted);
+	// Deleted counts the runs (open and closed) deleted.
 	Terminated int `json:"terminated"`
 	Deleted    int `json:"deleted"`
 	// LedgerRows counts the ledger rows deleted.
@@ -203,13 +204,14 @@ type UserDeleted struct {
 // DeleteUser removes what Temporal mode keeps of one user (a data-deletion request, beside
 // the session store's DeleteUser): every run of the user's conversation workflows, found in
 // the visibility store (TurnstileUser = userID, when the workflows keep search attributes)
-// and by opts.Conversations, is terminated when running (client.TerminateWorkflow) and then
-// deleted with its history (the WorkflowService's DeleteWorkflowExecution), since the
-// histories hold the texts of the user's requests (the inputs of signals and activities);
-// then the user's ledger rows go (opts.Ledger). Without the deletion, a closed run stays
-// until the namespace's retention period has passed after it closed.
+// and by opts.Conversations, is deleted with its history through the WorkflowService's
+// DeleteWorkflowExecution (a running run is terminated by it first, in the same step), since
+// the histories hold the texts of the user's requests (the inputs of signals and
+// activities); then the user's ledger rows go (opts.Ledger). Without the deletion, a closed
+// run stays until the namespace's retention period has passed after it closed.
 //
-// The server deletes asynchronously: the runs leave the visibility store within seconds.
+// The server deletes asynchronously: the runs leave the visibility store within a minute
+// (about 33 s for three runs on the dev server).
 // Stop the user's traffic first: a request still in the requests topic starts a new run.
 // A run that is already gone is no error. Errors: an empty user id, a nil client, the
 // server's or the ledger's (what was removed before stays removed; running DeleteUser again
@@ -237,19 +239,17 @@ func DeleteUser(ctx context.Context, c client.Client, userID string, opts UserDe
 	}
 	out.Conversations = convs
 	for _, r := range runs {
-		if r.GetStatus() == enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
-			err := c.TerminateWorkflow(ctx, r.GetExecution().GetWorkflowId(), r.GetExecution().GetRunId(), opts.Reason)
-			switch {
-			case err == nil:
-				out.Terminated++
-			case !gone(err): // gone: it closed meanwhile (visibility lags) or was deleted
-				return out, fmt.Errorf("workflow: DeleteUser: terminate %s: %w", r.GetExecution().GetWorkflowId(), err)
-			}
-		}
+		// An open run is terminated by the deletion itself (the server's deleteAfterTerminate:
+		// one step, deleted as its close completes); a TerminateWorkflow first would leave a
+		// closed run whose deletion waits for its close to reach visibility, a minute or more
+		// on the dev server.
 		_, err := c.WorkflowService().DeleteWorkflowExecution(ctx, &workflowservice.DeleteWorkflowExecutionRequest{
 			Namespace: opts.Namespace, WorkflowExecution: r.GetExecution()})
 		if err != nil && !gone(err) {
 			return out, fmt.Errorf("workflow: DeleteUser: delete %s run %s: %w", r.GetExecution().GetWorkflowId(), r.GetExecution().GetRunId(), err)
+		}
+		if err == nil && r.GetStatus() == enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			out.Terminated++
 		}
 		out.Deleted++
 	}

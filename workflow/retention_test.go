@@ -55,10 +55,11 @@ func TestDevServerDeleteUser(t *testing.T) {
 	byUser := fmt.Sprintf("TurnstileUser = '%s'", user)
 	require.Eventually(t, func() bool { return list(byUser) == 2 }, wait, 100*time.Millisecond, "both conversations are visible first")
 
+	deleting := time.Now()
 	got, err := DeleteUser(ctx, s.client, user, UserDeletion{IDPrefix: b.opts.IDPrefix, Ledger: ledger})
 	require.NoError(t, err)
 	t.Logf("deleted: %+v", got)
-	require.Equal(t, 1, got.Terminated, "the run held at the gap")
+	require.GreaterOrEqual(t, got.Terminated, 1, "the run held at the gap (the idle one too when visibility lags)")
 	require.GreaterOrEqual(t, got.Deleted, 2)
 	require.ElementsMatch(t, []string{held, idle}, got.Conversations)
 	require.Positive(t, got.LedgerRows)
@@ -66,6 +67,7 @@ func TestDevServerDeleteUser(t *testing.T) {
 	byID := fmt.Sprintf("WorkflowId IN ('%s', '%s')", b.WorkflowID(held), b.WorkflowID(idle))
 	require.Eventually(t, func() bool { return list(byUser) == 0 && list(byID) == 0 }, wait, 100*time.Millisecond,
 		"every run of the user's workflows leaves visibility")
+	t.Logf("the user's runs left visibility %s after DeleteUser began", time.Since(deleting).Round(100*time.Millisecond))
 	for _, conv := range []string{held, idle} {
 		rows, err := ledger.Range(ctx, conv, 0, 100)
 		require.NoError(t, err)
@@ -101,6 +103,7 @@ func TestDevServerDeleteUserByConversation(t *testing.T) {
 	byID := fmt.Sprintf("WorkflowId = '%s'", b.WorkflowID(conv))
 	runs := s.runsOf(b.WorkflowID(conv))
 	require.GreaterOrEqual(t, runs, 3, "runs continued as new")
+	deleting := time.Now()
 	got, err := DeleteUser(ctx, s.client, "u-1", UserDeletion{IDPrefix: b.opts.IDPrefix, Conversations: []string{conv}})
 	require.NoError(t, err)
 	require.Equal(t, 1, got.Terminated)
@@ -109,6 +112,7 @@ func TestDevServerDeleteUserByConversation(t *testing.T) {
 		resp, err := s.client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: byID})
 		return err == nil && len(resp.Executions) == 0
 	}, wait, 100*time.Millisecond)
+	t.Logf("%d runs left visibility %s after DeleteUser began", runs, time.Since(deleting).Round(100*time.Millisecond))
 }
 
 // Bad input is an error, never a panic.

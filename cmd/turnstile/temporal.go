@@ -98,7 +98,7 @@ func deleteUserWorkflows(ctx context.Context, e *env, f *flags, user string, con
 	defer done()
 	got, err := workflow.DeleteUser(ctx, c, user, workflow.UserDeletion{Namespace: *f.namespace, IDPrefix: *f.idPrefix, Conversations: convs, Ledger: l})
 	if err != nil {
-		return fmt.Errorf("Temporal mode: %w (%d runs terminated, %d deleted before; the sessions are kept: run again)", err, got.Terminated, got.Deleted)
+		return fmt.Errorf("Temporal mode: %w (%d workflow runs deleted before; the sessions are kept: run it again)", err, got.Deleted)
 	}
 	fmt.Fprintf(e.stdout, "deleted %d workflow runs of user %s in namespace %s (%d running ones terminated first) over %d conversations, and %d ledger rows\n",
 		got.Deleted, user, *f.namespace, got.Terminated, len(got.Conversations), got.LedgerRows)

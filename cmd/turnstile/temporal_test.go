@@ -56,7 +56,10 @@ func TestSessionDeleteTemporal(t *testing.T) {
 		}
 		t.Skipf("Temporal dev server needed: %v", err)
 	}
-	t.Cleanup(func() { _ = srv.Stop() })
+	t.Cleanup(func() {
+		srv.Client().Close() // the dev server's own client: Stop leaves it open
+		_ = srv.Stop()
+	})
 	c := srv.Client()
 	sqlite := databases(t)[1]
 	dsn := sqlite.dsn
@@ -95,7 +98,7 @@ func TestSessionDeleteTemporal(t *testing.T) {
 	out := ok(t, "session", "delete", "--user=u-1", "--temporal="+srv.FrontendHostPort(), "--db="+dsn)
 	require.Contains(t, out, "deleted 2 workflow runs of user u-1 in namespace default (2 running ones terminated first) over 2 conversations, and 1 ledger rows")
 	require.Contains(t, out, "deleted 1 sessions of user u-1")
-	require.Eventually(t, func() bool { return count(mine) == 0 }, wait, 100*time.Millisecond, "the user's workflows leave visibility")
+	require.Eventually(t, func() bool { return count(mine) == 0 }, 3*wait, 100*time.Millisecond, "the user's workflows leave visibility")
 	require.Equal(t, 1, count("TurnstileUser = 'u-2'"), "another user's workflow stays")
 	rows, err := l.Range(ctx, "c-attr", 0, 10)
 	require.NoError(t, err)
