@@ -38,9 +38,10 @@
 //
 // [CheckCrashes] runs the host's turn.ModelClient through a turn.Runner on memory stores,
 // crashes the turn at each point of the crash table (docs/DESIGN.md), redelivers it, and fails
-// the test when a side effect the model performed through [Effects] happened more than once:
-// the host's duty under G3 is to key every side effect with turn.ToolKey from something stable
-// across re-runs:
+// the test when a side effect the model performed through [Effects] happened more often than
+// one run of the turn performs it: the host's duty under G3 is to key every side effect with
+// turn.ToolKey from something stable across re-runs. An effect is identified by its key; two
+// effects of one run that look alike (two refunds of the same amount) are two effects:
 //
 //	turntest.CheckCrashes(t, turntest.CrashConfig{
 //		NewModel: func(fx *turntest.Effects) turn.ModelClient { return myModel{payments: fx} },
