@@ -9,8 +9,16 @@
 // holds a comma separated list of host:port, a real cluster. Tests are written the same way
 // for both: they create their topics with [Cluster.CreateTopic] and name groups and
 // transactional ids with [Cluster.Unique], so that parallel tests and repeated runs never
-// share state on a real cluster. [Start] starts kfake for a program without a *testing.T (the
-// examples run on it), and [CreateTopics] creates topics on any cluster.
+// share state on a real cluster.
+//
+// # In a program
+//
+// Every helper that takes a testing.TB has a context form that returns an error instead
+// ([NewClusterContext], [Cluster.CreateTopicContext], [Cluster.ProduceContext],
+// [Cluster.ReadResultsContext], ...); the testing.TB form is a thin wrapper over it. A program
+// (a demo, a load script, a local dev loop: examples/devloop) uses those. [Start] starts kfake
+// whatever TURNSTILE_KAFKA_BROKERS says (the examples run on it), and [CreateTopics] creates
+// topics with the names given on any cluster.
 //
 // # Requests, results and dead letters
 //
