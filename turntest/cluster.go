@@ -423,18 +423,23 @@ func (c *Cluster) Config() *sarama.Config {
 	return cfg
 }
 
-// ProducerConfig returns [Cluster.Config] set up as the project's producers
-// are: idempotent (Idempotent, RequiredAcks = WaitForAll,
-// Net.MaxOpenRequests = 1) and placing keyed records where a Java producer
-// would (sarama.NewMurmur2Partitioner).
-func (c *Cluster) ProducerConfig() *sarama.Config {
-	cfg := c.Config()
-	cfg.Producer.Idempotent = true
-	cfg.Producer.RequiredAcks = sarama.WaitForAll
-	cfg.Net.MaxOpenRequests = 1
-	cfg.Producer.Retry.Max = 10
-	cfg.Producer.Partitioner = sarama.NewMurmur2Partitioner
-	return cfg
+// ProducerConfig returns [Cluster.Config] set up as the project's producers are
+// ([IdempotentProducer]).
+func (c *Cluster) ProducerConfig() *sarama.Config { return IdempotentProducer(c.Config()) }
+
+// IdempotentProducer sets on sc what the project's producers of request records need and
+// returns sc: idempotent (Idempotent, RequiredAcks = WaitForAll, Net.MaxOpenRequests = 1, so
+// the records of a key keep their order through retries), 10 retries, successes returned (for
+// a SyncProducer), and keyed records placed where a Java producer would
+// (sarama.NewMurmur2Partitioner). A program without a [Cluster] uses it on its own config.
+func IdempotentProducer(sc *sarama.Config) *sarama.Config {
+	sc.Producer.Idempotent = true
+	sc.Producer.RequiredAcks = sarama.WaitForAll
+	sc.Net.MaxOpenRequests = 1
+	sc.Producer.Retry.Max = 10
+	sc.Producer.Return.Successes = true
+	sc.Producer.Partitioner = sarama.NewMurmur2Partitioner
+	return sc
 }
 
 // TransactionalConfig returns [Cluster.ProducerConfig] with
