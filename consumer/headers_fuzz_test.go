@@ -39,7 +39,7 @@ func fuzzHeaders(raw []byte) []*sarama.RecordHeader {
 // counts the rest. Its seeds (f.Add and testdata/fuzz/FuzzDeadLetterHeaders) run as ordinary
 // tests; `go test -run '^$' -fuzz FuzzDeadLetterHeaders ./consumer` explores.
 func FuzzDeadLetterHeaders(f *testing.F) {
-	f.Add([]byte("traceparent\x0000-abc-def-01\x00tenant\x00acme"), "turn: bad request: malformed JSON")
+	f.Add([]byte("traceparent\x0000-abc-def-01\x00tenant\x00acme"), "turn: bad request: not JSON: invalid character 'h' looking for beginning of value, at byte 1 of 5")
 	f.Add([]byte("reason\x00all good, really\x00value-dropped\x00no\x00key-dropped\x00"), "")
 	f.Add([]byte("\xff\x00\x00\x00\x00x"), strings.Repeat("é", 3000))
 	f.Add([]byte("error\x00forged\x00request-id\x00"+strings.Repeat("a", 100)), "bad \xff reason")
