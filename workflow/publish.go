@@ -57,8 +57,11 @@ type ResultLimiter interface {
 // requests topic and else where a Java producer would put the key (murmur2). It uses an
 // idempotent sync producer, so a publish has returned only once the brokers acknowledged it.
 //
-// One difference from the consumer: a dead letter's value is the request's envelope
-// re-encoded (Request.Encode), not the record's original bytes, which never reach Temporal.
+// The headers, the shrinking of a dead letter the topic refuses (without its value, then the
+// propagated headers, then the key) and the placement are the consumer's own code (package
+// internal/record). One difference from the consumer: a dead letter's value is the request's
+// envelope re-encoded (Request.Encode), not the record's original bytes, which never reach
+// Temporal; its own headers are the propagated ones (Envelope.Headers), in name order.
 type KafkaPublisher struct {
 	client          sarama.Client
 	producer        sarama.SyncProducer
