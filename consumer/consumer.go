@@ -12,6 +12,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	rec "github.com/turnstile-go/turnstile/internal/record"
 	"github.com/turnstile-go/turnstile/turn"
 	"github.com/turnstile-go/turnstile/turn/turnotel"
 )
@@ -103,7 +104,7 @@ func New(cfg Config, h Handler) (*Consumer, error) {
 	}
 	c.meters = m
 	c.maxRecordBytes = cfg.producerConfig(newPartitioner).Producer.MaxMessageBytes
-	c.resultLimitSource = resultLimitSource(c.maxRecordBytes)
+	c.resultLimitSource = rec.ResultLimitSource(c.maxRecordBytes)
 	return c, nil
 }
 

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+
+	rec "github.com/turnstile-go/turnstile/internal/record"
 )
 
 // Health is a member's state for a Kubernetes probe: Ready for the readiness probe, Live for
@@ -145,7 +147,7 @@ func (h *health) moved() { h.progress.Store(time.Now().UnixNano()) }
 // sawUnavailable records an outage answer of the Handler.
 func (h *health) sawUnavailable(err error) {
 	h.mu.Lock()
-	h.unavailable, h.unavailableErr = time.Now(), clip(err.Error())
+	h.unavailable, h.unavailableErr = time.Now(), rec.Clip(err.Error())
 	h.mu.Unlock()
 }
 

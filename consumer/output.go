@@ -1,7 +1,6 @@
 package consumer
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -10,6 +9,7 @@ import (
 	"github.com/cenkalti/backoff/v5"
 	"go.opentelemetry.io/otel/trace"
 
+	rec "github.com/turnstile-go/turnstile/internal/record"
 	"github.com/turnstile-go/turnstile/turn"
 )
 
@@ -177,85 +177,42 @@ func (p *partition) failed(ob *outbound, err error) {
 	}()
 }
 
-// replacement returns what to publish instead of a refused outbound, or nil when nothing can.
+// replacement returns what to publish instead of a refused outbound, or nil when nothing can:
+// a result is replaced by a dead letter saying so, a dead letter by a smaller one
+// (record.Shrink: without its value, then the producer's headers, then its key).
 func (ob *outbound) replacement(err error) *outbound {
 	p, r := ob.p, ob.r
 	switch ob.kind {
 	case outResult:
 		size := ob.pm.Value.Length()
 		return p.deadLetter(r, ob.req, fmt.Sprintf("the result (%d bytes) was refused by the results topic", size), err, ob.attempts, turn.KindPermanent)
-	case outDeadLetter:
-		p.log.Error("dead letter refused; publishing it without its value", "offset", r.msg.Offset, "err", err, "bytes", len(r.msg.Value))
-		next := &outbound{p: p, r: r, kind: outBareDeadLetter, req: ob.req, reason: ob.reason,
+	case outDeadLetter, outBareDeadLetter, outHeaderlessDeadLetter:
+		pm, part := rec.Shrink(ob.pm, err)
+		if pm == nil {
+			return nil
+		}
+		note := pm.Headers[len(pm.Headers)-1]
+		p.log.Error("dead letter refused; publishing it without its "+part.String(), "offset", r.msg.Offset, "err", err,
+			string(note.Key), string(note.Value))
+		next := &outbound{p: p, r: r, kind: shrunk[part], pm: pm, req: ob.req, reason: ob.reason,
 			attempts: ob.attempts, partitions: ob.partitions}
-		next.pm = &sarama.ProducerMessage{
-			Topic: ob.pm.Topic, Key: ob.pm.Key, Metadata: next,
-			Headers: append(ob.pm.Headers[:len(ob.pm.Headers):len(ob.pm.Headers)],
-				header(HeaderValueDropped, fmt.Sprintf("%d bytes; refused: %s", len(r.msg.Value), clip(err.Error())))),
-		}
+		pm.Metadata = next
 		return next
-	case outBareDeadLetter:
-		// The key or the producer's headers are too large: keep only turnstile's headers.
-		ours, n, size := splitOurs(ob.pm.Headers)
-		p.log.Error("dead letter refused without its value; publishing it without the producer's headers",
-			"offset", r.msg.Offset, "err", err, "headers", n, "header_bytes", size)
-		return ob.stripped(outHeaderlessDeadLetter, ob.pm.Key,
-			append(ours, header(HeaderHeadersDropped, fmt.Sprintf("%d headers, %d bytes", n, size))))
-	case outHeaderlessDeadLetter:
-		keyBytes := 0
-		if ob.pm.Key != nil {
-			keyBytes = ob.pm.Key.Length()
-		}
-		p.log.Error("dead letter refused without its value and headers; publishing it without its key",
-			"offset", r.msg.Offset, "err", err, "key_bytes", keyBytes)
-		return ob.stripped(outKeylessDeadLetter, nil,
-			append(ob.pm.Headers[:len(ob.pm.Headers):len(ob.pm.Headers)], header(HeaderKeyDropped, fmt.Sprintf("%d bytes", keyBytes))))
 	}
 	return nil
 }
 
-// stripped returns a dead letter like ob with the given kind, key and headers and no value.
-func (ob *outbound) stripped(kind outKind, key sarama.Encoder, headers []sarama.RecordHeader) *outbound {
-	next := &outbound{p: ob.p, r: ob.r, kind: kind, req: ob.req, reason: ob.reason,
-		attempts: ob.attempts, partitions: ob.partitions}
-	next.pm = &sarama.ProducerMessage{Topic: ob.pm.Topic, Key: key, Headers: headers, Metadata: next}
-	return next
-}
-
-// splitOurs returns the headers among hs that turnstile sets, in order, and the number and
-// size (names and values, in bytes) of the others.
-func splitOurs(hs []sarama.RecordHeader) (ours []sarama.RecordHeader, n, size int) {
-	for _, h := range hs {
-		if DeadLetterHeader(string(h.Key)) {
-			ours = append(ours, h)
-		} else {
-			n, size = n+1, size+len(h.Key)+len(h.Value)
-		}
-	}
-	return ours, n, size
-}
+// shrunk is the kind of a dead letter that record.Shrink dropped a part of.
+var shrunk = [...]outKind{rec.PartValue: outBareDeadLetter, rec.PartHeaders: outHeaderlessDeadLetter, rec.PartKey: outKeylessDeadLetter}
 
 // DeadLetterHeader reports a header name that turnstile sets on dead letters (the Header*
-// constants but HeaderAttempt, which only results carry): the one list that the consumer
-// (which never copies a producer's header of such a name onto a dead letter), the Temporal
-// publisher and package deadletter (which parses them) share.
-func DeadLetterHeader(name string) bool {
-	switch name {
-	case HeaderReason, HeaderError, HeaderAttempts, HeaderSourceTopic, HeaderSourcePartition, HeaderSourceOffset,
-		HeaderRequestID, HeaderConversationID, HeaderValueDropped, HeaderHeadersDropped, HeaderKeyDropped, HeaderKind:
-		return true
-	}
-	return false
-}
+// constants but HeaderAttempt, which only results carry; record.IsDeadLetterHeader): the
+// consumer never copies a producer's header of such a name onto a dead letter, and package
+// deadletter parses them.
+func DeadLetterHeader(name string) bool { return rec.IsDeadLetterHeader(name) }
 
-// refused reports a publish error that retrying cannot fix: sarama's own check of
-// Producer.MaxMessageBytes (a ConfigurationError), or the broker's MESSAGE_TOO_LARGE,
-// RECORD_LIST_TOO_LARGE (ErrMessageSetSizeTooLarge) or INVALID_RECORD.
-func refused(err error) bool {
-	var cfgErr sarama.ConfigurationError
-	return errors.As(err, &cfgErr) || errors.Is(err, sarama.ErrMessageSizeTooLarge) ||
-		errors.Is(err, sarama.ErrMessageSetSizeTooLarge) || errors.Is(err, sarama.ErrInvalidRecord)
-}
+// refused reports a publish error that retrying cannot fix (record.Refused: too large).
+var refused = rec.Refused
 
 // reqAttrs is the request's ids for a log line, empty when the record did not decode.
 func reqAttrs(req *turn.Request) slog.Attr {
