@@ -457,3 +457,11 @@ func newBackoff(initial, maxInterval time.Duration) *backoff.ExponentialBackOff 
 	bo.Reset()
 	return bo
 }
+
+// turnContext marks the context of a replay's turns (turn.WithReplay).
+func (c *Consumer) turnContext(ctx context.Context) context.Context {
+	if c.cfg.Replay == nil {
+		return ctx
+	}
+	return turn.WithReplay(ctx)
+}
