@@ -56,6 +56,10 @@ const (
 	// the record's own headers, and Parse leaves it out of Parsed.Own so that a second
 	// re-drive does not carry two.
 	HeaderRedrivenFrom = "redriven-from"
+	// HeaderReplayedFrom is the header the CLI's replay (turnstile replay) adds to each
+	// request record it copies into a sandbox topic: the original, as "TOPIC/PARTITION/OFFSET".
+	// Replay reads it back to tell a sandbox's copies from production records.
+	HeaderReplayedFrom = "replayed-from"
 )
 
 // resultNames and deadLetterNames are the one list of each record's headers, in the order

@@ -32,8 +32,9 @@ func TestEveryHeaderName(t *testing.T) {
 		record.HeaderKeyDropped:      deadLetter,
 		record.HeaderKind:            deadLetter,
 		record.HeaderRedrivenFrom:    redriven,
+		record.HeaderReplayedFrom:    redriven, // on request copies, like redriven-from
 	}
-	require.Len(t, all, 14, "the names are distinct")
+	require.Len(t, all, 15, "the names are distinct")
 	for name, on := range all {
 		require.Equal(t, on&result != 0, slices.Contains(record.ResultHeaderNames(), name), name)
 		require.Equal(t, on&deadLetter != 0, slices.Contains(record.DeadLetterHeaderNames(), name), name)
