@@ -79,12 +79,12 @@ func wake(ch chan struct{}) {
 	}
 }
 
-// keyOf is the ordering key of a record: its record key by key, one key ("") by partition.
-func (p *partition) keyOf(msg *sarama.ConsumerMessage) string {
+// keyOf is the ordering key of a record: its record key by key, one key (nil) by partition.
+func (p *partition) keyOf(msg *sarama.ConsumerMessage) []byte {
 	if p.c.cfg.Ordering == OrderByPartition {
-		return ""
+		return nil
 	}
-	return string(msg.Key)
+	return msg.Key
 }
 
 // push adds a record to the window (queued). A full window pauses the partition; records that

@@ -132,16 +132,17 @@ func New[T any](limits Limits) *Window[T] {
 }
 
 // Push adds r (its Offset above every record pushed before, its Value set) to the end of the
-// window and to key's queue, as Queued. It returns Ready when r may start at once and Filled
+// window and to key's queue, as Queued; key is read, not kept (a lookup by bytes makes no
+// string, so only a key's first record costs one). It returns Ready when r may start at once and Filled
 // when the window just reached MaxBuffered. After Close it adds nothing and returns false.
-func (w *Window[T]) Push(r *Record[T], key string) (Event, bool) {
+func (w *Window[T]) Push(r *Record[T], key []byte) (Event, bool) {
 	if w.closed {
 		return 0, false
 	}
-	q := w.keys[key]
+	q := w.keys[string(key)]
 	if q == nil {
-		q = &queue[T]{name: key}
-		w.keys[key] = q
+		q = &queue[T]{name: string(key)}
+		w.keys[q.name] = q
 	}
 	r.key, r.state = q, Queued
 	w.records = append(w.records, r)

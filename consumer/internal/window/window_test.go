@@ -78,7 +78,7 @@ func (h *harness) run(s step) {
 		_, err := fmt.Sscan(f[1], &off)
 		require.NoError(h.t, err)
 		r := &Record[string]{Offset: off, Value: "v" + f[1]}
-		ev, ok := h.w.Push(r, f[2])
+		ev, ok := h.w.Push(r, []byte(f[2]))
 		if !ok {
 			got = "refused"
 		} else {
@@ -386,9 +386,9 @@ func TestWindowCountsAndExhausted(t *testing.T) {
 	t.Parallel()
 	w := New[int](roomy)
 	a, b := &Record[int]{Offset: 0}, &Record[int]{Offset: 1}
-	_, ok := w.Push(a, "k")
+	_, ok := w.Push(a, []byte("k"))
 	require.True(t, ok)
-	_, ok = w.Push(b, "k")
+	_, ok = w.Push(b, []byte("k"))
 	require.True(t, ok)
 	require.Equal(t, "k", a.Key())
 	require.Equal(t, 2, w.Len())
