@@ -126,6 +126,7 @@ func Register(w tworker.Registry, opts WorkerOptions) error {
 	a := &worker{opts: opts, turns: semaphore.NewWeighted(aloneWeight)}
 	w.RegisterWorkflowWithOptions(a.Conversation, twf.RegisterOptions{Name: WorkflowName})
 	w.RegisterActivityWithOptions(a.ApplyTurn, activity.RegisterOptions{Name: ActivityName})
+	w.RegisterActivityWithOptions(a.ReportGap, activity.RegisterOptions{Name: GapActivityName})
 	if opts.States != nil {
 		w.RegisterActivityWithOptions(a.LoadState, activity.RegisterOptions{Name: LoadStateActivityName})
 		w.RegisterActivityWithOptions(a.SaveState, activity.RegisterOptions{Name: SaveStateActivityName})
@@ -204,6 +205,12 @@ func (a *worker) applyTurn(ctx context.Context, env Envelope, in TurnInput) (Out
 	req := env.Request
 	if in.Reject != "" {
 		return a.deadLetter(ctx, env, DeadLetter{Reason: in.Reject}, turn.KindPermanent)
+	}
+	if in.Redrive && !in.WantResult {
+		done, err := a.done(ctx, req)
+		if err != nil || done {
+			return Outcome{AlreadyDone: done}, err
+		}
 	}
 	if in.Stale != "" {
 		replay, err := a.answered(ctx, req)
@@ -327,6 +334,19 @@ func (a *worker) answered(ctx context.Context, req turn.Request) (bool, error) {
 		return false, temporal.NewApplicationError("inbox get: "+err.Error(), errorType(turn.KindUnavailable))
 	}
 	return entry.Status == inbox.StatusDone || entry.Status == inbox.StatusDead, nil
+}
+
+// done reports whether the Runner's inbox has req done: a re-drive of it was applied already
+// (a second copy of the re-driven record), and its result was published then.
+func (a *worker) done(ctx context.Context, req turn.Request) (bool, error) {
+	entry, err := a.opts.Runner.Inbox.Get(ctx, a.opts.Runner.InboxKey(req))
+	switch {
+	case errors.Is(err, inbox.ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, temporal.NewApplicationError("inbox get: "+err.Error(), errorType(turn.KindUnavailable))
+	}
+	return entry.Status == inbox.StatusDone, nil
 }
 
 // ownerMismatch reports whether the Runner dead-lettered req (with err) because its session is
