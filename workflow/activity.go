@@ -326,27 +326,28 @@ func errorType(k turn.Kind) string {
 // the Runner answers from the inbox; otherwise it is a new request the conversation cannot
 // apply.
 func (a *worker) answered(ctx context.Context, req turn.Request) (bool, error) {
-	entry, err := a.opts.Runner.Inbox.Get(ctx, a.opts.Runner.InboxKey(req))
-	switch {
-	case errors.Is(err, inbox.ErrNotFound):
-		return false, nil
-	case err != nil:
-		return false, temporal.NewApplicationError("inbox get: "+err.Error(), errorType(turn.KindUnavailable))
-	}
-	return entry.Status == inbox.StatusDone || entry.Status == inbox.StatusDead, nil
+	st, err := a.inboxStatus(ctx, req)
+	return st == inbox.StatusDone || st == inbox.StatusDead, err
 }
 
 // done reports whether the Runner's inbox has req done: a re-drive of it was applied already
 // (a second copy of the re-driven record), and its result was published then.
 func (a *worker) done(ctx context.Context, req turn.Request) (bool, error) {
+	st, err := a.inboxStatus(ctx, req)
+	return st == inbox.StatusDone, err
+}
+
+// inboxStatus returns the status of req's inbox entry, StatusNew when it has none; a failing
+// inbox is a retryable error.
+func (a *worker) inboxStatus(ctx context.Context, req turn.Request) (inbox.Status, error) {
 	entry, err := a.opts.Runner.Inbox.Get(ctx, a.opts.Runner.InboxKey(req))
 	switch {
 	case errors.Is(err, inbox.ErrNotFound):
-		return false, nil
+		return inbox.StatusNew, nil
 	case err != nil:
-		return false, temporal.NewApplicationError("inbox get: "+err.Error(), errorType(turn.KindUnavailable))
+		return 0, temporal.NewApplicationError("inbox get: "+err.Error(), errorType(turn.KindUnavailable))
 	}
-	return entry.Status == inbox.StatusDone, nil
+	return entry.Status, nil
 }
 
 // ownerMismatch reports whether the Runner dead-lettered req (with err) because its session is

@@ -26,6 +26,23 @@ func (p *recordingPublisher) gapLetters() []int64 {
 	return out
 }
 
+// unitEnvironment returns a testsuite environment with u's worker registered.
+func unitEnvironment(t *testing.T, u *unit) *testsuite.TestWorkflowEnvironment {
+	t.Helper()
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	require.NoError(t, Register(env, u.opts))
+	return env
+}
+
+// execute runs the conversation workflow from st in env until it ends, without an error.
+func execute(t *testing.T, env *testsuite.TestWorkflowEnvironment, st State) {
+	t.Helper()
+	env.ExecuteWorkflow(WorkflowName, st)
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+}
+
 // A request dead-lettered by its turn, re-driven after the fix (its inbox entry re-driven, the
 // record sent again with Envelope.RedrivenFrom), runs one new turn with one result and its
 // inbox entry ends done, although the conversation applied it (as a dead letter) and moved on;
@@ -44,9 +61,7 @@ func TestRedriveRunsAgainAfterTheFix(t *testing.T) {
 		return nil
 	}
 	redriven := Envelope{Request: r1, RedrivenFrom: "dlq/0/0"}
-	var s testsuite.WorkflowTestSuite
-	env := s.NewTestWorkflowEnvironment()
-	require.NoError(t, Register(env, u.opts))
+	env := unitEnvironment(t, u)
 	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalName, batchOf(r1, r2)) }, time.Second)
 	env.RegisterDelayedCallback(func() {
 		_, dead := u.publisher.deadLetterOf(r1.ID)
@@ -60,9 +75,7 @@ func TestRedriveRunsAgainAfterTheFix(t *testing.T) {
 	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalName, batchOf(r1)) }, 3*time.Minute)
 	var st Status
 	env.RegisterDelayedCallback(func() { st = queryStatus(t, env) }, 4*time.Minute)
-	env.ExecuteWorkflow(WorkflowName, State{ConversationID: conv, Config: Config{IdleTimeout: time.Hour}})
-	require.True(t, env.IsWorkflowCompleted())
-	require.NoError(t, env.GetWorkflowError())
+	execute(t, env, State{ConversationID: conv, Config: Config{IdleTimeout: time.Hour}})
 
 	require.Equal(t, []string{r1.ID, r2.ID, r1.ID}, u.model.ids(), "one new turn for the re-drive, none for its second copy or the duplicate")
 	require.Equal(t, []string{r2.ID, r1.ID}, u.publisher.resultIDs(), "one result for the re-driven request")
@@ -106,9 +119,7 @@ func TestReleaseUpdateSkipsTheGaps(t *testing.T) {
 	u := newUnit(t)
 	const conv = "c-release"
 	r1, r3, r5 := request(conv, 1, "one"), request(conv, 3, "three"), request(conv, 5, "five")
-	var s testsuite.WorkflowTestSuite
-	env := s.NewTestWorkflowEnvironment()
-	require.NoError(t, Register(env, u.opts))
+	env := unitEnvironment(t, u)
 	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalName, batchOf(r1, r3, r5)) }, time.Second)
 	var held, after Status
 	var first, second *releaseCall
@@ -116,9 +127,7 @@ func TestReleaseUpdateSkipsTheGaps(t *testing.T) {
 	env.RegisterDelayedCallback(func() { first = sendRelease(env, "ops") }, 2*time.Minute)
 	env.RegisterDelayedCallback(func() { after = queryStatus(t, env) }, 3*time.Minute)
 	env.RegisterDelayedCallback(func() { second = sendRelease(env, "again") }, 4*time.Minute)
-	env.ExecuteWorkflow(WorkflowName, State{ConversationID: conv, Config: Config{IdleTimeout: time.Hour}})
-	require.True(t, env.IsWorkflowCompleted())
-	require.NoError(t, env.GetWorkflowError())
+	execute(t, env, State{ConversationID: conv, Config: Config{IdleTimeout: time.Hour}})
 
 	require.True(t, held.Held)
 	require.Equal(t, []int64{2, 4}, held.Missing)
@@ -136,25 +145,20 @@ func TestReleaseUpdateSkipsTheGaps(t *testing.T) {
 	require.ErrorContains(t, second.err, "not held at a gap")
 }
 
-// With Config.GapTimeout, a gap is released once the conversation has been held that long,
-// also across a continue-as-new; a request of the skipped sequence that comes later is
-// dead-lettered as skipped.
+// With Config.GapTimeout, a gap is released once the conversation has been held that long; a
+// request of the skipped sequence that comes later is dead-lettered as skipped.
 func TestGapTimeoutReleases(t *testing.T) {
 	t.Parallel()
 	u := newUnit(t)
 	const conv = "c-gap-timeout"
 	r1, r2, r3 := request(conv, 1, "one"), request(conv, 2, "late"), request(conv, 3, "three")
-	var s testsuite.WorkflowTestSuite
-	env := s.NewTestWorkflowEnvironment()
-	require.NoError(t, Register(env, u.opts))
+	env := unitEnvironment(t, u)
 	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalName, batchOf(r1, r3)) }, time.Second)
 	var before, after Status
 	env.RegisterDelayedCallback(func() { before = queryStatus(t, env) }, 5*time.Minute)
 	env.RegisterDelayedCallback(func() { after = queryStatus(t, env) }, 11*time.Minute)
 	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalName, batchOf(r2)) }, 12*time.Minute)
-	env.ExecuteWorkflow(WorkflowName, State{ConversationID: conv, Config: Config{IdleTimeout: time.Hour, GapTimeout: 10 * time.Minute}})
-	require.True(t, env.IsWorkflowCompleted())
-	require.NoError(t, env.GetWorkflowError())
+	execute(t, env, State{ConversationID: conv, Config: Config{IdleTimeout: time.Hour, GapTimeout: 10 * time.Minute}})
 
 	require.True(t, before.Held, "held before the gap timeout")
 	require.Equal(t, []int64{2}, before.Missing)
