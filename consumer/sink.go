@@ -40,7 +40,7 @@ type sink interface {
 // acknowledgement (acks=all: durable) the record is done, and the partition's watermark is
 // marked on the group session, which sarama commits every Config.CommitInterval and on
 // revoke. A publish that fails is retried or, when the topic refuses it for good, replaced
-// (output.go: failed).
+// (publish.go: failed).
 type marks struct{ out *output }
 
 func (m marks) deliver(r *record, ob *outbound) {
