@@ -425,6 +425,9 @@ func (a *worker) deadLetter(ctx context.Context, env Envelope, dl DeadLetter, ki
 	if dl.Kind == turn.KindNone {
 		dl.Kind = kind
 	}
+	if dl.WorkflowID == "" && activity.IsActivity(ctx) {
+		dl.WorkflowID = activity.GetInfo(ctx).WorkflowExecution.ID
+	}
 	if err := a.opts.Publisher.PublishDeadLetter(ctx, env, dl); err != nil {
 		a.opts.Logger.Warn("dead-letter publish failed; the activity retries", "request_id", env.Request.ID,
 			"conversation_id", env.Request.ConversationID, "err", err)

@@ -12,7 +12,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"google.golang.org/grpc/codes"
 
-	"github.com/turnstile-go/turnstile/deadletter"
+	"github.com/turnstile-go/turnstile/internal/record"
 	"github.com/turnstile-go/turnstile/turn"
 	"github.com/turnstile-go/turnstile/turn/turnotel"
 )
@@ -163,7 +163,7 @@ func (b *Bridge) envelope(ctx context.Context, req turn.Request) Envelope {
 	switch {
 	case req.Headers != nil:
 		env.Headers = filterHeaders(req.Headers, b.opts.Headers)
-		env.RedrivenFrom = req.Headers[deadletter.HeaderRedrivenFrom]
+		env.RedrivenFrom = req.Headers[record.HeaderRedrivenFrom]
 	case b.opts.Tap != nil:
 		env.Headers = b.opts.Tap.Take(req.Source, b.opts.Headers)
 	}

@@ -53,6 +53,13 @@ type Envelope struct {
 	// runs: the activity runs the request when its entry is runnable (re-driven, or never
 	// begun) and publishes nothing when it is done already (a second copy of the re-drive).
 	RedrivenFrom string `json:"redriven_from,omitempty"`
+	// Origin, when set, says where the request came from when not from a record of the
+	// requests topic: "submit" (Bridge.Submit sets it; Source says nothing then), or "gap" on
+	// the envelope of a gap dead letter (GapActivityName: no request). A dead letter carries
+	// it in the origin header (consumer.HeaderOrigin), which deadletter.Redrive reads: it
+	// sends a Submit's request back to the requests topic on its key's partition and refuses
+	// a gap's.
+	Origin string `json:"origin,omitempty"`
 }
 
 // Batch is the payload of one SignalName signal: requests of one conversation, in the order
