@@ -49,6 +49,9 @@ type conversation struct {
 	// ask is the release being carried out (the release update's, or the gap timeout's); the
 	// main loop skips the head gap while the conversation is held below ask.upTo.
 	ask *releaseAsk
+	// busy is set while the main loop applies a request or skips a gap: the conversation is
+	// not held then (its next sequence may be the one in flight).
+	busy bool
 }
 
 // Conversation is the conversation workflow (registered as WorkflowName by Register): the
@@ -283,6 +286,8 @@ func (c *conversation) apply(actx twf.Context, i int) {
 	stale := c.unapplicable(i)
 	c.Pending = slices.Delete(c.Pending, i, i+1)
 	redrive := c.redrive && env.RedrivenFrom != ""
+	c.busy = true
+	defer func() { c.busy = false }()
 	var out Outcome
 	if c.beforeTurn != nil {
 		c.beforeTurn(actx)

@@ -53,8 +53,8 @@ func (c *conversation) highestHeld() int64 {
 }
 
 // held reports whether the conversation has nothing to apply while requests wait behind a
-// missing sequence.
-func (c *conversation) held() bool { return c.highestHeld() > 0 && c.nextReady() < 0 }
+// missing sequence, and applies nothing now.
+func (c *conversation) held() bool { return !c.busy && c.highestHeld() > 0 && c.nextReady() < 0 }
 
 // heldSequences returns the distinct sequences of the own pending requests at or above the
 // applied mark, ascending.
@@ -101,6 +101,8 @@ func (c *conversation) step(ctx, actx twf.Context) (bool, error) {
 		return false, nil
 	}
 	if c.held() && c.NextSequence <= c.ask.upTo {
+		c.busy = true
+		defer func() { c.busy = false }()
 		return true, c.skipHeadGap(ctx)
 	}
 	c.ask.out.LastAppliedSequence = c.NextSequence - 1
