@@ -98,8 +98,9 @@ type worker struct {
 	beforeTurn func(twf.Context)
 }
 
-// Register registers the conversation workflow (WorkflowName) and the turn activity
-// (ActivityName) on a Temporal worker. It fails when Runner or Publisher is missing.
+// Register registers the conversation workflow (WorkflowName), the turn activity
+// (ActivityName) and the gap activity (GapActivityName) on a Temporal worker, and the
+// StateStore's activities when WorkerOptions.States is set. It fails when Runner or Publisher is missing.
 func Register(w tworker.Registry, opts WorkerOptions) error {
 	if err := opts.Runner.Validate(); err != nil {
 		return fmt.Errorf("workflow: WorkerOptions.Runner: %w", err)

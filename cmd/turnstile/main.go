@@ -1,7 +1,8 @@
 // Command turnstile is the operator's tool for a service built on turnstile: it lists, shows
 // and re-drives dead letters, reads and purges the inbox, shows and deletes sessions, copies
 // recorded requests into a sandbox topic for a replay, reports a consumer group's lag,
-// migrates the stores' schema, and sizes a service (turns in flight, members, partitions).
+// migrates the stores' schema, sizes a service (turns in flight, members, partitions), and, in
+// Temporal mode, lists the conversations held at a sequence gap and releases them.
 //
 // Usage:
 //
