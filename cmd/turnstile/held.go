@@ -24,7 +24,7 @@ visibility lags the workflows by a second or so. 'turnstile release' releases on
 
 Examples:
   turnstile held --temporal temporal:7233 --task-queue turnstile
-  turnstile held --temporal temporal:7233 --task-queue turnstile --search-attributes --json
+  turnstile held --temporal temporal:7233 --task-queue turnstile --search-attributes
 `
 
 const releaseUsage = `
@@ -96,7 +96,7 @@ func (t temporalFlags) open(ctx context.Context, f *flags, args []string, requir
 }
 
 func heldCmd(ctx context.Context, e *env, args []string) error {
-	f := newFlags(e, "held", heldUsage).withJSON()
+	f := newFlags(e, "held", heldUsage)
 	tf := withTemporal(f)
 	b, ctx, done, err := tf.open(ctx, f, args, "task-queue")
 	if err != nil {
@@ -106,12 +106,6 @@ func heldCmd(ctx context.Context, e *env, args []string) error {
 	held, err := b.Held(ctx)
 	if err != nil {
 		return err
-	}
-	if *f.json {
-		if held == nil {
-			held = []workflow.HeldConversation{}
-		}
-		return printJSON(e.stdout, held)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CONVERSATION\tWORKFLOW\tLAST APPLIED\tHELD\tMISSING\tHELD FOR")
@@ -131,7 +125,7 @@ func heldCmd(ctx context.Context, e *env, args []string) error {
 }
 
 func releaseCmd(ctx context.Context, e *env, args []string) error {
-	f := newFlags(e, "release", releaseUsage).withJSON()
+	f := newFlags(e, "release", releaseUsage)
 	tf := withTemporal(f)
 	conv := f.String("conversation", "", "the conversation to release (required)")
 	reason := f.String("reason", "", "kept in the gap dead letters' error header: who released it and why")
@@ -147,9 +141,6 @@ func releaseCmd(ctx context.Context, e *env, args []string) error {
 	out, err := b.Release(ctx, *conv, why)
 	if err != nil {
 		return err
-	}
-	if *f.json {
-		return printJSON(e.stdout, out)
 	}
 	fmt.Fprintf(e.stdout, "released %s: skipped %d sequence(s) [%s]; last applied sequence %d\n", *conv, out.Count,
 		joinInts(out.Skipped), out.LastAppliedSequence)
