@@ -45,6 +45,16 @@ const (
 	// that an operator can tell a bad record from a failing dependency without parsing the
 	// reason (dead letters).
 	HeaderKind = rec.HeaderKind
+	// HeaderOrigin says where a dead letter's request came from when it was not a record of
+	// the requests topic (Temporal mode): "submit" (Bridge.Submit) or "gap" (a sequence that
+	// never arrived, skipped by a release; there is no request). Absent otherwise.
+	HeaderOrigin = rec.HeaderOrigin
+	// HeaderWorkflowID carries the id of the conversation workflow that dead-lettered the
+	// request (Temporal mode).
+	HeaderWorkflowID = rec.HeaderWorkflowID
+	// HeaderSequence carries the request's Sequence, or a gap dead letter's skipped sequence
+	// (Temporal mode).
+	HeaderSequence = rec.HeaderSequence
 )
 
 // newPartitioner places results and dead letters (record.NewPartitioner): on the request's

@@ -54,5 +54,6 @@ func TestHeaderNamesAreTheRecordFormats(t *testing.T) {
 	require.Equal(t, record.ResultHeaderNames(), []string{consumer.HeaderRequestID, consumer.HeaderConversationID, consumer.HeaderAttempt})
 	require.Equal(t, record.DeadLetterHeaderNames(), []string{consumer.HeaderReason, consumer.HeaderAttempts, consumer.HeaderSourceTopic,
 		consumer.HeaderSourcePartition, consumer.HeaderSourceOffset, consumer.HeaderKind, consumer.HeaderError, consumer.HeaderRequestID,
-		consumer.HeaderConversationID, consumer.HeaderValueDropped, consumer.HeaderHeadersDropped, consumer.HeaderKeyDropped})
+		consumer.HeaderConversationID, consumer.HeaderOrigin, consumer.HeaderWorkflowID, consumer.HeaderSequence,
+		consumer.HeaderValueDropped, consumer.HeaderHeadersDropped, consumer.HeaderKeyDropped})
 }

@@ -33,6 +33,16 @@ import (
 // request dead-lettered again after a re-drive is re-driven with one, not two.
 const HeaderRedrivenFrom = record.HeaderRedrivenFrom
 
+// Values of Letter.Origin (the origin header, consumer.HeaderOrigin).
+const (
+	// OriginSubmit: the request came from Bridge.Submit of package workflow, not from a record
+	// of the requests topic; Redrive sends it to Options.RequestsTopic on its key's partition.
+	OriginSubmit = record.OriginSubmit
+	// OriginGap: the dead letter reports a sequence that never arrived, skipped by a release
+	// of its conversation (reason "gap", Letter.Sequence); there is no request to re-drive.
+	OriginGap = record.OriginGap
+)
+
 // Letter is one dead letter as read from the dead-letter topic, with turnstile's headers
 // (consumer.HeaderReason and the others) parsed.
 type Letter struct {
@@ -67,6 +77,12 @@ type Letter struct {
 	// headers: the record's own headers, then its key, were left out too (still refused
 	// without its value); empty when they are there.
 	HeadersDropped, KeyDropped string
+	// Origin is where the request came from when not from a record of the requests topic
+	// (OriginSubmit, OriginGap; the origin header); empty for a record's dead letter.
+	// WorkflowID is the conversation workflow that dead-lettered it (Temporal mode), and
+	// Sequence the request's Sequence, or a gap's skipped sequence, when the dead letter says.
+	Origin, WorkflowID string
+	Sequence           int64
 }
 
 // ID returns "TOPIC/PARTITION/OFFSET" of the dead letter, the form HeaderRedrivenFrom and the
@@ -82,7 +98,8 @@ func Parse(msg *sarama.ConsumerMessage) Letter {
 	l := Letter{Topic: msg.Topic, Partition: msg.Partition, Offset: msg.Offset, Timestamp: msg.Timestamp,
 		Key: msg.Key, Value: msg.Value, Headers: p.Own, RequestID: p.RequestID, ConversationID: p.ConversationID,
 		Reason: p.Reason, Error: p.Error, Attempts: p.Attempts, Kind: p.Kind, Source: p.Source,
-		ValueDropped: p.ValueDropped, HeadersDropped: p.HeadersDropped, KeyDropped: p.KeyDropped}
+		ValueDropped: p.ValueDropped, HeadersDropped: p.HeadersDropped, KeyDropped: p.KeyDropped,
+		Origin: p.Origin, WorkflowID: p.WorkflowID, Sequence: p.Sequence}
 	if l.ValueDropped != "" {
 		l.Value = nil
 	}

@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"google.golang.org/grpc/codes"
 
+	"github.com/turnstile-go/turnstile/internal/record"
 	"github.com/turnstile-go/turnstile/turn"
 	"github.com/turnstile-go/turnstile/turn/turnotel"
 )
@@ -154,13 +155,15 @@ func (b *Bridge) HandOff(ctx context.Context, reqs []turn.Request) error {
 
 // envelope wraps req with the headers named in BridgeOptions.Headers: from the request
 // (turn.Request.Headers, which the consumer sets), else from the Tap; with the trace context
-// of ctx's span written over the producer's.
+// of ctx's span written over the producer's. A request re-published by deadletter.Redrive
+// (its redriven-from header, in turn.Request.Headers) is marked Envelope.RedrivenFrom.
 func (b *Bridge) envelope(ctx context.Context, req turn.Request) Envelope {
 	env := Envelope{Request: req, Source: req.Source}
 	env.Request.Headers = nil // they travel in env.Headers, filtered
 	switch {
 	case req.Headers != nil:
 		env.Headers = filterHeaders(req.Headers, b.opts.Headers)
+		env.RedrivenFrom = req.Headers[record.HeaderRedrivenFrom]
 	case b.opts.Tap != nil:
 		env.Headers = b.opts.Tap.Take(req.Source, b.opts.Headers)
 	}

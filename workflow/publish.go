@@ -31,6 +31,9 @@ type DeadLetter struct {
 	// Kind is the turn.Kind of the error that dead-lettered the request (the "kind" header,
 	// consumer.HeaderKind); turn.KindNone leaves the header out.
 	Kind turn.Kind
+	// WorkflowID is the id of the conversation workflow whose activity dead-lettered the
+	// request (the "workflow-id" header, consumer.HeaderWorkflowID); the activity sets it.
+	WorkflowID string
 }
 
 // Publisher publishes the outcome of a turn. Both methods may be called again for the same
@@ -156,11 +159,12 @@ func (p *KafkaPublisher) PublishResult(ctx context.Context, env Envelope, res tu
 // is refused.
 func (p *KafkaPublisher) PublishDeadLetter(ctx context.Context, env Envelope, dl DeadLetter) error {
 	value, err := env.Request.Encode()
-	if err != nil {
-		value = nil
+	if err != nil || env.Origin == record.OriginGap {
+		value = nil // a gap has no request
 	}
 	d := record.DeadLetter{Reason: dl.Reason, Error: record.ErrorText(dl.Err), Attempts: dl.Attempts, Kind: dl.Kind,
-		Source: env.Source, RequestID: env.Request.ID, ConversationID: env.Request.ConversationID}
+		Source: env.Source, RequestID: env.Request.ID, ConversationID: env.Request.ConversationID,
+		Origin: env.Origin, WorkflowID: dl.WorkflowID, Sequence: env.Request.Sequence}
 	names := slices.Sorted(maps.Keys(env.Headers))
 	own := make([]*sarama.RecordHeader, len(names))
 	for i, k := range names {

@@ -264,7 +264,7 @@ func testCommands(t *testing.T, d database) {
 	code, _, errOut = cli(t, append([]string{"dlq", "redrive", brokers, "--topic=" + s.dlq}, dbFlags...)...)
 	require.Equal(t, exitUsage, code, "no filter, no --all")
 	require.Contains(t, errOut, "--all")
-	require.Contains(t, ok(t, append([]string{"dlq", "redrive", brokers, "--topic=" + s.dlq, "--reason=bug 42", "--dry-run"}, dbFlags...)...), "would re-drive")
+	require.Contains(t, ok(t, append([]string{"dlq", "redrive", brokers, "--topic=" + s.dlq, "--reason=bug 42", "--dry-run"}, dbFlags...)...), "would be redriven")
 	require.Zero(t, s.callsOf(bad.ID))
 	s.fix()
 	out = ok(t, append([]string{"dlq", "redrive", brokers, "--topic=" + s.dlq, "--reason=bug 42", "--note=fixed in v2"}, dbFlags...)...)

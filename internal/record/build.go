@@ -98,6 +98,10 @@ type DeadLetter struct {
 	// HeaderConversationID); empty when the record did not decode, and then each header is
 	// left out.
 	RequestID, ConversationID string
+	// Origin is HeaderOrigin (OriginSubmit, OriginGap), WorkflowID HeaderWorkflowID and
+	// Sequence HeaderSequence; each header is left out when its field is empty (zero).
+	Origin, WorkflowID string
+	Sequence           int64
 }
 
 // ErrorText returns err's text for DeadLetter.Error: empty when err is nil.
@@ -109,7 +113,7 @@ func ErrorText(err error) string {
 }
 
 // maxOurs is the most headers DeadLetter.Headers writes of its own.
-const maxOurs = 9
+const maxOurs = 12
 
 // Headers returns the headers of d's dead letter: the request record's own headers (own, as
 // sarama's ConsumerMessage.Headers has them) in order, but nil ones and those named like a
@@ -137,6 +141,15 @@ func (d *DeadLetter) Headers(own []*sarama.RecordHeader) []sarama.RecordHeader {
 	}
 	if d.ConversationID != "" {
 		hs = append(hs, Header(HeaderConversationID, d.ConversationID))
+	}
+	if d.Origin != "" {
+		hs = append(hs, Header(HeaderOrigin, d.Origin))
+	}
+	if d.WorkflowID != "" {
+		hs = append(hs, Header(HeaderWorkflowID, d.WorkflowID))
+	}
+	if d.Sequence != 0 {
+		hs = append(hs, Header(HeaderSequence, strconv.FormatInt(d.Sequence, 10)))
 	}
 	return hs
 }

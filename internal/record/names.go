@@ -60,6 +60,27 @@ const (
 	// request record it copies into a sandbox topic: the original, as "TOPIC/PARTITION/OFFSET".
 	// Replay reads it back to tell a sandbox's copies from production records.
 	HeaderReplayedFrom = "replayed-from"
+	// HeaderOrigin says where a dead letter's request came from when it was not a record of
+	// the requests topic: OriginSubmit (Bridge.Submit of package workflow: the source headers
+	// say nothing) or OriginGap (a sequence that never arrived, skipped by a release: there is
+	// no request). Absent on a dead letter of a record (dead letters).
+	HeaderOrigin = "origin"
+	// HeaderWorkflowID carries the id of the conversation workflow that dead-lettered the
+	// request (Temporal mode's dead letters).
+	HeaderWorkflowID = "workflow-id"
+	// HeaderSequence carries the request's Sequence when it has one, and on a gap dead letter
+	// the skipped sequence (Temporal mode's dead letters).
+	HeaderSequence = "sequence"
+)
+
+// Values of HeaderOrigin.
+const (
+	// OriginSubmit: the request came from Bridge.Submit (an update), not from a record; it is
+	// re-driven to the requests topic on its key's partition.
+	OriginSubmit = "submit"
+	// OriginGap: no request; the dead letter reports a sequence a release skipped
+	// (HeaderSequence). There is nothing to re-drive.
+	OriginGap = "gap"
 )
 
 // resultNames and deadLetterNames are the one list of each record's headers, in the order
@@ -68,6 +89,7 @@ var (
 	resultNames     = [...]string{HeaderRequestID, HeaderConversationID, HeaderAttempt}
 	deadLetterNames = [...]string{HeaderReason, HeaderAttempts, HeaderSourceTopic, HeaderSourcePartition,
 		HeaderSourceOffset, HeaderKind, HeaderError, HeaderRequestID, HeaderConversationID,
+		HeaderOrigin, HeaderWorkflowID, HeaderSequence,
 		HeaderValueDropped, HeaderHeadersDropped, HeaderKeyDropped}
 )
 

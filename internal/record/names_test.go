@@ -31,10 +31,13 @@ func TestEveryHeaderName(t *testing.T) {
 		record.HeaderHeadersDropped:  deadLetter,
 		record.HeaderKeyDropped:      deadLetter,
 		record.HeaderKind:            deadLetter,
+		record.HeaderOrigin:          deadLetter,
+		record.HeaderWorkflowID:      deadLetter,
+		record.HeaderSequence:        deadLetter,
 		record.HeaderRedrivenFrom:    redriven,
 		record.HeaderReplayedFrom:    redriven, // on request copies, like redriven-from
 	}
-	require.Len(t, all, 15, "the names are distinct")
+	require.Len(t, all, 18, "the names are distinct")
 	for name, on := range all {
 		require.Equal(t, on&result != 0, slices.Contains(record.ResultHeaderNames(), name), name)
 		require.Equal(t, on&deadLetter != 0, slices.Contains(record.DeadLetterHeaderNames(), name), name)
@@ -51,7 +54,8 @@ func TestEveryHeaderName(t *testing.T) {
 	// shrunk until nothing is left to drop.
 	req := turn.Request{ID: "r", ConversationID: "c"}
 	require.Equal(t, record.ResultHeaderNames(), names(record.ResultHeaders(&req, 1, 0)))
-	dl := record.DeadLetter{Reason: "why", Error: "boom", Attempts: 1, Kind: turn.KindAttempt, RequestID: "r", ConversationID: "c"}
+	dl := record.DeadLetter{Reason: "why", Error: "boom", Attempts: 1, Kind: turn.KindAttempt, RequestID: "r", ConversationID: "c",
+		Origin: record.OriginSubmit, WorkflowID: "turnstile-c", Sequence: 7}
 	msg := &sarama.ProducerMessage{Key: sarama.StringEncoder("c"), Value: sarama.StringEncoder("v"), Headers: dl.Headers(nil)}
 	for {
 		next, _ := record.Shrink(msg, errors.New("too large"))

@@ -73,6 +73,14 @@ func (p *Parsed) field(k, v string) {
 		if kind, ok := turn.ParseKind(v); ok {
 			p.Kind = kind
 		}
+	case HeaderOrigin:
+		p.Origin = v
+	case HeaderWorkflowID:
+		p.WorkflowID = v
+	case HeaderSequence:
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			p.Sequence = n
+		}
 	case HeaderValueDropped:
 		p.ValueDropped = v
 	case HeaderHeadersDropped:

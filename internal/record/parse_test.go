@@ -34,7 +34,9 @@ func TestParseRoundTrip(t *testing.T) {
 			cases = append(cases, dl)
 		}
 	}
-	cases = append(cases, record.DeadLetter{Reason: long, Error: long, Source: turn.Source{Offset: 0}})
+	cases = append(cases, record.DeadLetter{Reason: long, Error: long, Source: turn.Source{Offset: 0}},
+		record.DeadLetter{Reason: "submit", RequestID: "r", ConversationID: "c", Origin: record.OriginSubmit, WorkflowID: "turnstile-c", Sequence: 3},
+		record.DeadLetter{Reason: "gap", ConversationID: "c", Origin: record.OriginGap, WorkflowID: "turnstile-c", Sequence: 2})
 	for _, dl := range cases {
 		want := dl
 		want.Reason, want.Error = record.Clip(dl.Reason), record.Clip(dl.Error)
