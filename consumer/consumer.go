@@ -50,6 +50,7 @@ type Consumer struct {
 	client            sarama.Client
 	committer         atomic.Pointer[committer] // of the current session; sessions do not overlap
 	solo              soloGate                  // lets a turn run with no other in flight (turn.ErrRunAlone)
+	batcher           BatchHandler              // the Handler, when it takes batches and batching is on (batch.go)
 
 	// hostRunner is the RunnerHandler's Runner as the host gave it, before telemetry wrapped
 	// its stores: a replay compares its stores with production's (replay.go).
@@ -103,6 +104,9 @@ func New(cfg Config, h Handler) (*Consumer, error) {
 		return nil, err
 	}
 	c.meters = m
+	if bh, ok := h.(BatchHandler); ok && cfg.MaxBatch > 1 && cfg.TurnContextFunc == nil {
+		c.batcher = bh
+	}
 	c.maxRecordBytes = cfg.producerConfig(newPartitioner).Producer.MaxMessageBytes
 	c.resultLimitSource = rec.ResultLimitSource(c.maxRecordBytes)
 	return c, nil

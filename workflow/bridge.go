@@ -153,6 +153,15 @@ func (b *Bridge) HandOff(ctx context.Context, reqs []turn.Request) error {
 	return nil
 }
 
+// HandleBatch implements consumer.BatchHandler: the records of a conversation waiting in the
+// consumer's window go to the conversation's workflow in one signal (HandOff), and their
+// offsets commit once the server accepted it. A hand-off too large for one signal
+// (MaxPayloadBytes) is refused as permanent, and the consumer then hands the records off one
+// by one. Errors are Handle's.
+func (b *Bridge) HandleBatch(ctx context.Context, reqs []turn.Request) error {
+	return b.HandOff(ctx, reqs)
+}
+
 // envelope wraps req with the headers named in BridgeOptions.Headers: from the request
 // (turn.Request.Headers, which the consumer sets), else from the Tap; with the trace context
 // of ctx's span written over the producer's. A request re-published by deadletter.Redrive
