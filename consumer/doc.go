@@ -119,6 +119,7 @@
 //	partition.go   a claimed partition: its window, dispatcher, handoff, close, drain, abandon
 //	internal/window  the window itself: records, key queues, states, the watermark (no Kafka)
 //	serve.go       one turn: decode, attempts, the outcome to publish
+//	batch.go       a key's waiting records handed to a BatchHandler in one call
 //	retry.go       the retry decision, a pure function of an attempt's outcome and the counts
 //	sink.go        the commit-mode interface and the default mode (marks)
 //	txn.go         the transactional mode's sink
