@@ -40,6 +40,8 @@ const (
 	OriginSubmit = record.OriginSubmit
 	// OriginGap: the dead letter reports a sequence that never arrived, skipped by a release
 	// of its conversation (reason "gap", Letter.Sequence); there is no request to re-drive.
+	// Its Letter.RequestID is the gap's identity, the same on every copy (a retried report
+	// publishes the gap again): dedup on it.
 	OriginGap = record.OriginGap
 )
 

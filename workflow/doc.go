@@ -84,7 +84,9 @@
 // BridgeOptions.Telemetry. Bridge.Release (the ReleaseUpdateName update; the CLI's turnstile
 // release) skips the missing sequences now, and Config.GapTimeout does it once a conversation
 // has been held that long: each skipped sequence is a dead letter with the reason GapReason
-// (no value; its origin header says "gap"), and the held requests then apply in order.
+// (no value; its origin header says "gap"; its request-id header is a version 5 UUID of the
+// workflow id and the sequence, so that a reader dedups the copies a retried report
+// publishes), and the held requests then apply in order.
 //
 // Dead letters re-drive as in direct mode (deadletter.Redrive, turnstile dlq redrive): the
 // re-published record carries the redriven-from header, the bridge marks its envelope

@@ -226,13 +226,15 @@ func (c *conversation) release(ctx twf.Context, r Release) (Released, error) {
 // ReportGap is the GapActivityName activity: one dead letter with the reason GapReason per
 // skipped sequence (and one for the range From..To, when set), published with the workers'
 // Publisher. The dead letter's envelope carries the conversation, the user and the sequence,
-// no request id and no text, and Origin "gap": there is no request to re-drive (KafkaPublisher
-// writes no value, and the origin, workflow-id and sequence headers). A retried activity
-// publishes the gap's dead letters again.
+// no text, and Origin "gap": there is no request to re-drive (KafkaPublisher writes no value,
+// and the origin, workflow-id and sequence headers). Its request id is the gap's identity,
+// record.GapRequestID of the workflow id and the sequence (the range's first sequence for the
+// range's dead letter): a retried activity publishes the gap's dead letters again, and a
+// reader dedups the copies by their request-id header.
 func (a *worker) ReportGap(ctx context.Context, rep GapReport) error {
 	publish := func(seq int64, detail string) error {
-		env := Envelope{Request: turn.Request{Schema: turn.SchemaVersion, ConversationID: rep.ConversationID, UserID: rep.UserID, Sequence: seq},
-			Origin: record.OriginGap}
+		env := Envelope{Request: turn.Request{Schema: turn.SchemaVersion, ID: record.GapRequestID(rep.WorkflowID, seq),
+			ConversationID: rep.ConversationID, UserID: rep.UserID, Sequence: seq}, Origin: record.OriginGap}
 		dl := DeadLetter{Reason: GapReason, Err: errors.New(detail), Kind: turn.KindPermanent, WorkflowID: rep.WorkflowID}
 		if err := a.opts.Publisher.PublishDeadLetter(ctx, env, dl); err != nil {
 			a.opts.Logger.Warn("gap dead-letter publish failed; the activity retries", "conversation_id", rep.ConversationID,

@@ -16,6 +16,7 @@ import (
 	"github.com/turnstile-go/turnstile/consumer"
 	"github.com/turnstile-go/turnstile/deadletter"
 	"github.com/turnstile-go/turnstile/inbox"
+	"github.com/turnstile-go/turnstile/internal/record"
 	"github.com/turnstile-go/turnstile/turn"
 	"github.com/turnstile-go/turnstile/turn/turnotel"
 	"github.com/turnstile-go/turnstile/turntest"
@@ -255,6 +256,7 @@ func TestDevServerGapVisibleAndReleased(t *testing.T) {
 	require.Eventually(t, func() bool { gaps = s.gapLettersOn(client, conv); return len(gaps) == 1 }, wait, 100*time.Millisecond)
 	require.Equal(t, int64(2), gaps[0].Sequence, "the skipped sequence is a dead letter with reason gap")
 	require.Equal(t, b.WorkflowID(conv), gaps[0].WorkflowID)
+	require.Equal(t, record.GapRequestID(b.WorkflowID(conv), 2), gaps[0].RequestID, "the gap's identity")
 	require.Contains(t, gaps[0].Error, "test: sequence 2 is lost")
 	require.Nil(t, gaps[0].Value)
 	refused, err := deadletter.Redrive(ctx, deadletter.Options{Client: client, Inbox: s.inbox, RequestsTopic: s.requests, DryRun: true}, gaps)

@@ -2,15 +2,20 @@ package workflow
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/testsuite"
 
+	"github.com/turnstile-go/turnstile/deadletter"
 	"github.com/turnstile-go/turnstile/inbox"
+	"github.com/turnstile-go/turnstile/internal/record"
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // gapLetters returns the sequences of the gap dead letters p received, in order.
@@ -169,4 +174,75 @@ func TestGapTimeoutReleases(t *testing.T) {
 	reason, ok := u.publisher.deadLetterOf(r2.ID)
 	require.True(t, ok, "the late request of the skipped sequence is dead-lettered")
 	require.Contains(t, reason, "skipped as a gap")
+}
+
+// flakyGapPublisher publishes through pub and fails the first dead letter of sequence failAt
+// once, unpublished, so that the ReportGap activity is retried after it published the
+// sequences before.
+type flakyGapPublisher struct {
+	Publisher
+	failAt int64
+	failed atomic.Bool
+}
+
+func (p *flakyGapPublisher) PublishDeadLetter(ctx context.Context, env Envelope, dl DeadLetter) error {
+	if env.Request.Sequence == p.failAt && p.failed.CompareAndSwap(false, true) {
+		return errors.New("broker away")
+	}
+	return p.Publisher.PublishDeadLetter(ctx, env, dl)
+}
+
+// A gap report retried after it published part of the gap (2 and 3 of 2 to 4, then the broker
+// fails) puts 2 and 3 on the dead-letter topic twice; each copy carries the same request id,
+// record.GapRequestID of the workflow and the sequence, so a reader that dedups dead letters
+// on their request id reads one per skipped sequence.
+func TestRetriedGapReportDedupsByRequestID(t *testing.T) {
+	t.Parallel()
+	cluster := turntest.NewCluster(t, turntest.Options{})
+	dlq := cluster.CreateTopic(t, "dlq", 1)
+	pub, err := NewKafkaPublisher(cluster.Brokers(), cluster.Config(), cluster.CreateTopic(t, "results", 1), dlq)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	flaky := &flakyGapPublisher{Publisher: pub, failAt: 4}
+	u := newUnit(t)
+	u.opts.Publisher = flaky
+	const conv = "c-gap-retried"
+	env := unitEnvironment(t, u)
+	env.RegisterDelayedCallback(func() {
+		env.SignalWorkflow(SignalName, batchOf(request(conv, 1, "one"), request(conv, 5, "five")))
+	}, time.Second)
+	var released *releaseCall
+	env.RegisterDelayedCallback(func() { released = sendRelease(env, "ops") }, time.Minute)
+	execute(t, env, State{ConversationID: conv, Config: Config{IdleTimeout: time.Hour}})
+	require.True(t, released.done)
+	require.NoError(t, released.err)
+	require.Equal(t, []int64{2, 3, 4}, released.out.Skipped)
+	require.True(t, flaky.failed.Load(), "the report failed once and was retried")
+
+	client, err := sarama.NewClient(cluster.Brokers(), cluster.Config())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Close() })
+	var letters []deadletter.Letter
+	require.Eventually(t, func() bool {
+		letters, err = deadletter.Read(context.Background(), client, dlq, deadletter.Filter{Reason: GapReason})
+		return err == nil && len(letters) == 5
+	}, publishWait, 50*time.Millisecond, "2 and 3 twice, 4 once")
+	bySequence := map[int64][]string{}
+	unique := map[string]deadletter.Letter{}
+	for _, l := range letters {
+		require.Equal(t, deadletter.OriginGap, l.Origin)
+		require.NotEmpty(t, l.WorkflowID)
+		require.Equal(t, record.GapRequestID(l.WorkflowID, l.Sequence), l.RequestID, "the gap's identity")
+		bySequence[l.Sequence] = append(bySequence[l.Sequence], l.RequestID)
+		unique[l.RequestID] = l
+	}
+	require.Len(t, bySequence[2], 2)
+	require.Equal(t, bySequence[2][0], bySequence[2][1], "both copies of 2 carry one id")
+	require.Equal(t, bySequence[3][0], bySequence[3][1], "both copies of 3 carry one id")
+	require.Len(t, unique, 3, "deduped on the request id: one dead letter per skipped sequence")
+	var seqs []int64
+	for _, l := range unique {
+		seqs = append(seqs, l.Sequence)
+	}
+	require.ElementsMatch(t, []int64{2, 3, 4}, seqs)
 }

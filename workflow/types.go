@@ -201,7 +201,9 @@ type Released struct {
 }
 
 // GapReason is the reason of the dead letter of a sequence a release skipped (the "reason"
-// header): the sequence never arrived, so there is no request to re-drive.
+// header): the sequence never arrived, so there is no request to re-drive. Its request-id
+// header is the gap's identity, derived from the workflow id and the sequence (the same on
+// every copy a retried report publishes): readers dedup gap dead letters on it.
 const GapReason = "gap"
 
 // GapReport is the input of GapActivityName: the conversation and the sequences a release

@@ -20,11 +20,12 @@ sequence, the held sequences, the missing ones and how long it has been held. It
 running conversation workflows of --task-queue from the namespace's visibility store (only
 those with TurnstilePending > 0 with --search-attributes, as the bridge's
 Config.SearchAttributes) and asks each one's status query, which says whether it is held:
-visibility lags the workflows by a second or so. 'turnstile release' releases one.
+visibility lags the workflows by a second or so. --json prints each one's status instead of
+the table. 'turnstile release' releases one.
 
 Examples:
   turnstile held --temporal temporal:7233 --task-queue turnstile
-  turnstile held --temporal temporal:7233 --task-queue turnstile --search-attributes
+  turnstile held --temporal temporal:7233 --task-queue turnstile --search-attributes --json
 `
 
 const releaseUsage = `
@@ -32,10 +33,12 @@ Temporal mode: releases a conversation held at a sequence gap now: its workflow 
 missing sequence below its highest held one, reports each as a dead letter with the reason
 "gap" (its error header says why, with --reason), and applies the held requests in order. A
 request of a skipped sequence that comes later is dead-lettered. BridgeOptions.Config.GapTimeout
-does the same by itself once a conversation has been held that long.
+does the same by itself once a conversation has been held that long. --json prints the
+conversation, the skipped sequences, their count and the applied mark after them.
 
 Examples:
   turnstile release --temporal temporal:7233 --conversation c-7731 --reason "producer lost 2 (ops: ada)"
+  turnstile release --temporal temporal:7233 --conversation c-7731 --json
 `
 
 // temporalFlags are the flags that reach the conversation workflows.
@@ -96,7 +99,7 @@ func (t temporalFlags) open(ctx context.Context, f *flags, args []string, requir
 }
 
 func heldCmd(ctx context.Context, e *env, args []string) error {
-	f := newFlags(e, "held", heldUsage)
+	f := newFlags(e, "held", heldUsage).withJSON()
 	tf := withTemporal(f)
 	b, ctx, done, err := tf.open(ctx, f, args, "task-queue")
 	if err != nil {
@@ -106,6 +109,12 @@ func heldCmd(ctx context.Context, e *env, args []string) error {
 	held, err := b.Held(ctx)
 	if err != nil {
 		return err
+	}
+	if *f.json {
+		if held == nil {
+			held = []workflow.HeldConversation{}
+		}
+		return printJSON(e.stdout, held)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CONVERSATION\tWORKFLOW\tLAST APPLIED\tHELD\tMISSING\tHELD FOR")
@@ -125,7 +134,7 @@ func heldCmd(ctx context.Context, e *env, args []string) error {
 }
 
 func releaseCmd(ctx context.Context, e *env, args []string) error {
-	f := newFlags(e, "release", releaseUsage)
+	f := newFlags(e, "release", releaseUsage).withJSON()
 	tf := withTemporal(f)
 	conv := f.String("conversation", "", "the conversation to release (required)")
 	reason := f.String("reason", "", "kept in the gap dead letters' error header: who released it and why")
@@ -142,9 +151,18 @@ func releaseCmd(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if *f.json {
+		return printJSON(e.stdout, releasedJSON{ConversationID: *conv, Released: out})
+	}
 	fmt.Fprintf(e.stdout, "released %s: skipped %d sequence(s) [%s]; last applied sequence %d\n", *conv, out.Count,
 		joinInts(out.Skipped), out.LastAppliedSequence)
 	return nil
+}
+
+// releasedJSON is release's --json output: the conversation and what its release skipped.
+type releasedJSON struct {
+	ConversationID string `json:"conversation_id"`
+	workflow.Released
 }
 
 func joinInts(v []int64) string {

@@ -25,7 +25,8 @@
 //	size            turns in flight (Little's law), members and partitions for a turn time
 //	                and a rate, as a table and a PNG or SVG plot
 //	held            Temporal mode: conversations held at a sequence gap (visibility, then
-//	                each workflow's status query), with their missing sequences
+//	                each workflow's status query), with their missing sequences, as a
+//	                table or JSON
 //	release         Temporal mode: release a held conversation now: its missing sequences
 //	                dead-lettered with reason "gap", its held requests applied in order
 //

@@ -5,14 +5,16 @@
 //
 // The consumer (direct mode), the Temporal publisher (package workflow) and package deadletter
 // all use it, so that both modes write the same records and the reader parses what they write.
-// It imports only sarama and package turn. Header values are UTF-8 text; numbers in decimal.
+// It imports only sarama, google/uuid and package turn. Header values are UTF-8 text; numbers in decimal.
 package record
 
 import "slices"
 
 // Header names on result and dead-letter records.
 const (
-	// HeaderRequestID carries the request id (results, and dead letters when known).
+	// HeaderRequestID carries the request id (results, and dead letters when known). A gap
+	// dead letter (OriginGap), which has no request, carries GapRequestID of its workflow and
+	// sequence instead: the same on every copy, so a reader dedups on it.
 	HeaderRequestID = "request-id"
 	// HeaderConversationID carries the conversation id (results, and dead letters when known).
 	HeaderConversationID = "conversation-id"
@@ -79,7 +81,8 @@ const (
 	// re-driven to the requests topic on its key's partition.
 	OriginSubmit = "submit"
 	// OriginGap: no request; the dead letter reports a sequence a release skipped
-	// (HeaderSequence). There is nothing to re-drive.
+	// (HeaderSequence), identified by GapRequestID in HeaderRequestID. There is nothing to
+	// re-drive.
 	OriginGap = "gap"
 )
 
