@@ -25,6 +25,7 @@ const (
 	DefaultMaxRetryBackoff = 10 * time.Second
 	DefaultMaxPause        = time.Minute
 	DefaultMaxRateLimits   = 20
+	DefaultMaxBatch        = 100
 )
 
 // Ordering says which records of a partition may run at the same time.
@@ -112,6 +113,12 @@ type Config struct {
 	// 100 ms per partition: sarama naps 100 ms when every partition of a broker is paused.
 	// Default DefaultMaxBuffered.
 	MaxBuffered int
+	// MaxBatch bounds the records of one key handed to a BatchHandler in one call: when a
+	// key's record starts and more of the key's records wait in the window, up to MaxBatch of
+	// them go together (workflow.Bridge hands them to the conversation's workflow in one
+	// signal). 1 turns batching off; it is off too with a Handler that is not a BatchHandler,
+	// or with TurnContextFunc (whose context is per request). Default DefaultMaxBatch.
+	MaxBatch int
 	// CommitInterval is how often marked offsets are committed; they are also committed on
 	// revoke and on shutdown. Default DefaultCommitInterval.
 	CommitInterval time.Duration
@@ -219,6 +226,9 @@ func (c *Config) setDefaults() {
 	if c.MaxInFlightPerPartition == 0 {
 		c.MaxInFlightPerPartition = c.MaxInFlight
 	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = DefaultMaxBatch
+	}
 	if c.Ordering == OrderByPartition {
 		c.MaxInFlightPerPartition = 1
 	}
@@ -288,6 +298,7 @@ func (c *Config) Validate() error {
 	negative("MaxInFlight", c.MaxInFlight, c.MaxInFlight < 0)
 	negative("MaxInFlightPerPartition", c.MaxInFlightPerPartition, c.MaxInFlightPerPartition < 0)
 	negative("MaxBuffered", c.MaxBuffered, c.MaxBuffered < 0)
+	negative("MaxBatch", c.MaxBatch, c.MaxBatch < 0)
 	negative("CommitInterval", c.CommitInterval, c.CommitInterval < 0)
 	negative("RetryBackoff", c.RetryBackoff, c.RetryBackoff < 0)
 	negative("MaxRetryBackoff", c.MaxRetryBackoff, c.MaxRetryBackoff < 0)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	rec "github.com/turnstile-go/turnstile/internal/record"
 	"github.com/turnstile-go/turnstile/turn"
 	"github.com/turnstile-go/turnstile/turn/turnotel"
 )
@@ -49,6 +50,7 @@ type Consumer struct {
 	client            sarama.Client
 	committer         atomic.Pointer[committer] // of the current session; sessions do not overlap
 	solo              soloGate                  // lets a turn run with no other in flight (turn.ErrRunAlone)
+	batcher           BatchHandler              // the Handler, when it takes batches and batching is on (batch.go)
 
 	// hostRunner is the RunnerHandler's Runner as the host gave it, before telemetry wrapped
 	// its stores: a replay compares its stores with production's (replay.go).
@@ -102,8 +104,11 @@ func New(cfg Config, h Handler) (*Consumer, error) {
 		return nil, err
 	}
 	c.meters = m
+	if bh, ok := h.(BatchHandler); ok && cfg.MaxBatch > 1 && cfg.TurnContextFunc == nil {
+		c.batcher = bh
+	}
 	c.maxRecordBytes = cfg.producerConfig(newPartitioner).Producer.MaxMessageBytes
-	c.resultLimitSource = resultLimitSource(c.maxRecordBytes)
+	c.resultLimitSource = rec.ResultLimitSource(c.maxRecordBytes)
 	return c, nil
 }
 
@@ -327,130 +332,6 @@ func (c *Consumer) refreshPartitions() error {
 	}
 	c.partitions.Store(int32(len(parts)))
 	return nil
-}
-
-// groupHandler is the sarama.ConsumerGroupHandler of a Consumer.
-type groupHandler struct{ c *Consumer }
-
-// committer commits a session's marks every Config.CommitInterval until Cleanup stops it.
-type committer struct {
-	stop chan struct{}
-	done chan struct{}
-}
-
-func (g groupHandler) Setup(sess sarama.ConsumerGroupSession) error {
-	if err := g.c.refreshPartitions(); err != nil {
-		g.c.log.Warn("refresh partition count", "err", err)
-	}
-	cm := &committer{stop: make(chan struct{}), done: make(chan struct{})}
-	g.c.committer.Store(cm)
-	go func() {
-		defer close(cm.done)
-		tick := time.NewTicker(g.c.cfg.CommitInterval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-tick.C:
-				g.c.commitMarks(sess) // a commit that hangs is retried at the next tick
-				g.c.checkProgress()
-			case <-cm.stop:
-				return
-			case <-sess.Context().Done():
-				return
-			}
-		}
-	}()
-	g.c.assigned(sess)
-	return nil
-}
-
-func (g groupHandler) Cleanup(sess sarama.ConsumerGroupSession) error {
-	if cm := g.c.committer.Swap(nil); cm != nil {
-		close(cm.stop)
-		<-cm.done
-	}
-	g.c.commit(sess, g.c.log)
-	g.c.revoked(sess)
-	return nil
-}
-
-func (g groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
-	return g.c.consumeClaim(sess, claim)
-}
-
-// consumeClaim feeds one partition's window until the claim is revoked or the session ends,
-// then stops the partition (see the package doc, "Rebalances") and commits.
-func (c *Consumer) consumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
-	p := newPartition(c, sess, tp{claim.Topic(), claim.Partition()})
-	defer p.cancelTurns()
-	c.stats.claims.Add(1) // before own makes Health ready: a reader of both sees the claim
-	defer c.own(p, claim)()
-	p.log.Debug("partition claimed", "offset", claim.InitialOffset())
-	if err := c.refreshPartitions(); err != nil { // the topic may have grown: result placement
-		p.log.Warn("refresh partition count", "err", err)
-	}
-	c.pauses.claimed(p.t)
-	dispatched := make(chan struct{})
-	go func() {
-		defer close(dispatched)
-		p.dispatch()
-	}()
-
-	reason := "revoked"
-feed:
-	for {
-		select {
-		case msg, ok := <-claim.Messages():
-			if !ok {
-				break feed
-			}
-			p.push(msg)
-		case <-sess.Context().Done():
-			reason = "session ended"
-			break feed
-		}
-	}
-
-	p.close()
-	grace := c.cfg.RevokeGrace
-	if c.runCtx.Err() != nil {
-		reason, grace = "shutdown", c.cfg.ShutdownTimeout
-	}
-	window, running, sending := p.buffered()
-	p.log.Info("partition closing; draining its turns", "reason", reason, "grace", grace.String(),
-		"running", running, "publishing", sending, "window", window)
-	timer := time.NewTimer(grace)
-	defer timer.Stop()
-	if !p.drain(timer.C) {
-		p.log.Warn("turns in flight outlived the grace; cancelling them", "reason", reason, "grace", grace.String())
-		p.stop()
-		p.cancelTurns()
-		if !p.drain(time.After(abandonWait)) {
-			p.log.Warn("handler ignores cancellation or publishing is stuck; late outcomes will be dropped")
-		}
-	}
-	p.stop()
-	<-dispatched
-	p.abandon()
-	c.commit(sess, p.log)
-	c.stats.released.Add(1)
-	p.log.Info("partition released", "reason", reason)
-	return nil
-}
-
-// commitTimeout bounds a commit on revoke or shutdown: sarama's Commit takes no context and,
-// against a broker that hangs, waits out its network timeouts. A commit that does not finish
-// in time is left to finish in the background; the marks are redone by the next owner at
-// worst (G2 holds: nothing is committed early, at most late).
-const commitTimeout = 5 * time.Second
-
-func (c *Consumer) commit(sess sarama.ConsumerGroupSession, log *slog.Logger) {
-	if !c.commitMarks(sess) {
-		log.Warn("commit did not finish in time; continuing", "timeout", commitTimeout.String())
-		if c.runCtx.Err() != nil {
-			c.shutdownFailed(fmt.Errorf("a commit did not finish within %s", commitTimeout))
-		}
-	}
 }
 
 // within runs f and waits for it at most d; it reports whether f finished.

@@ -90,7 +90,7 @@ func TestBadRecordsAreDeadLettered(t *testing.T) {
 		value     []byte
 		reason    string
 	}{
-		{"not JSON", "c-bad", []byte("hello, agent"), "malformed JSON"},
+		{"not JSON", "c-bad", []byte("hello, agent"), "not JSON"},
 		{"wrong schema version", "c-bad", mutate(func(r *turn.Request) { r.Schema = 7 }), "schema: unknown version 7"},
 		{"key differs from conversation id", "c-other", mutate(func(*turn.Request) {}), "differs from conversation_id"},
 		{"text over the limit", "c-bad", mutate(func(r *turn.Request) { r.Text = strings.Repeat("x", 1001) }), "text: 1001 bytes, over the limit of 1000"},

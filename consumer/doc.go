@@ -112,6 +112,26 @@
 // (pauses.go) calls sarama's Pause and Resume, for the two reasons that pause fetching: a full
 // window and a rate limit.
 //
+// # Files
+//
+//	consumer.go    Consumer, New, Run and its steps, the workers
+//	claim.go       the group handler: a session's Setup and Cleanup, a claim's feed and drain
+//	partition.go   a claimed partition: its window, dispatcher, handoff, close, drain, abandon
+//	internal/window  the window itself: records, key queues, states, the watermark (no Kafka)
+//	serve.go       one turn: decode, attempts, the outcome to publish
+//	batch.go       a key's waiting records handed to a BatchHandler in one call
+//	retry.go       the retry decision, a pure function of an attempt's outcome and the counts
+//	sink.go        the commit-mode interface and the default mode (marks)
+//	txn.go         the transactional mode's sink
+//	publish.go     the async producer, acknowledgements, failed and refused publishes
+//	format.go      the record format's names for users (internal/record owns the format)
+//	commit.go      offset commits: the session's marks, the committed offsets per partition
+//	throttle.go, ratelimits.go, pauses.go  rate limits and the pauses of fetching
+//	alone.go       the solo gate for requests that run alone
+//	replay.go      Config.Replay: a sandboxed re-run of a range of records
+//	health.go, stats.go, metrics.go, telemetry.go, events.go  what the member reports
+//	handler.go, notify.go, config.go  what the host plugs in and sets
+//
 // # Rebalances and shutdown
 //
 // The group uses the cooperative-sticky strategy (KIP-429): a rebalance moves only the

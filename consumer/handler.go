@@ -44,6 +44,27 @@ type Handler interface {
 	Handle(ctx context.Context, req turn.Request) (*turn.Result, error)
 }
 
+// BatchHandler is a Handler that also takes several requests of one key in one call, for a
+// hand-off whose cost is per call rather than per request (workflow.Bridge: one signal per
+// conversation's workflow). When a key's record starts and more of the key's records wait in
+// the partition's window, the consumer gives HandleBatch the decodable ones, up to
+// Config.MaxBatch, in offset order; the key's later records wait until the batch is handed
+// off, so the key's order holds. By key (OrderByKey) a batch is one conversation's; by
+// partition (OrderByPartition, one key per partition) it may hold several conversations, each
+// in its own order.
+//
+// HandleBatch returns nil once every one of reqs is handed off with nothing to publish (as a
+// nil Result of Handle: their offsets commit); any error means that none is known to be, and
+// the consumer then serves each request of the batch through Handle, with its usual retries
+// and dead letters (handing a request off twice must be harmless, as a redelivery is). A
+// panic is recovered and treated as an error.
+type BatchHandler interface {
+	Handler
+	// HandleBatch hands reqs, two or more requests of one key in offset order, off at once.
+	// Its errors are Handle's; any error sends the requests through Handle one by one.
+	HandleBatch(ctx context.Context, reqs []turn.Request) error
+}
+
 // HandlerFunc adapts a function to Handler.
 type HandlerFunc func(ctx context.Context, req turn.Request) (*turn.Result, error)
 

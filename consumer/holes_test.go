@@ -189,7 +189,7 @@ func TestOversizedKeyOrHeadersAreDeadLettered(t *testing.T) {
 		h := turntest.HeaderMap(d)
 		byOffset[h[consumer.HeaderSourceOffset]] = h
 		require.Empty(t, d.Value)
-		require.Contains(t, h[consumer.HeaderReason], "malformed JSON")
+		require.Contains(t, h[consumer.HeaderReason], "not JSON")
 		require.Contains(t, h[consumer.HeaderValueDropped], "8 bytes")
 		require.NotContains(t, h, "pasted-log")
 	}

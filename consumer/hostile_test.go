@@ -72,18 +72,18 @@ func hostileCorpus(t *testing.T) []hostile {
 	// Not a JSON object.
 	add("empty value", "empty value", "c-h", []byte{})
 	cs = append(cs, hostile{name: "tombstone (null value)", key: []byte("c-h"), value: nil, dead: "empty value"})
-	add("plain text", "malformed JSON", "c-h", []byte("where is my refund?"))
-	add("truncated JSON", "malformed JSON", "c-h", []byte(`{"schema":1,"request_id":`))
-	add("trailing garbage", "malformed JSON", "c-h", []byte(`{"schema":1} {"schema":1}`))
-	add("JSON with a comment", "malformed JSON", "c-h", []byte(`{"schema":1} // hi`))
-	add("byte order mark", "malformed JSON", "c-h", []byte("\xef\xbb\xbf{\"schema\":1}"))
+	add("plain text", "not JSON", "c-h", []byte("where is my refund?"))
+	add("truncated JSON", "not JSON", "c-h", []byte(`{"schema":1,"request_id":`))
+	add("trailing garbage", "not JSON", "c-h", []byte(`{"schema":1} {"schema":1}`))
+	add("JSON with a comment", "not JSON", "c-h", []byte(`{"schema":1} // hi`))
+	add("byte order mark", "not JSON", "c-h", []byte("\xef\xbb\xbf{\"schema\":1}"))
 	add("JSON array", "not a JSON object", "c-h", []byte(`[{"schema":1}]`))
 	add("JSON string", "not a JSON object", "c-h", []byte(`"hello"`))
 	add("JSON number", "not a JSON object", "c-h", []byte(`42`))
-	add("JSON null", "schema: missing", "c-h", []byte(`null`))
-	add("empty object", "schema: missing", "c-h", []byte(`{}`))
+	add("JSON null", "value is null, not a JSON object", "c-h", []byte(`null`))
+	add("empty object", "missing fields schema, request_id, conversation_id, user_id, text", "c-h", []byte(`{}`))
 	add("invalid UTF-8 value", "not valid UTF-8", "c-h", []byte("{\"schema\":1,\"text\":\"\xff\xfe\"}"))
-	add("lone surrogate escape", "malformed JSON", "c-h", func() []byte { v, _ := corpusRaw("c-h", `,"user_id":"u","x":"\ud800"`); return v }())
+	add("lone surrogate escape", "not JSON", "c-h", func() []byte { v, _ := corpusRaw("c-h", `,"user_id":"u","x":"\ud800"`); return v }())
 	add("deep nesting", "max depth", "c-h", func() []byte {
 		v, _ := corpusRaw("c-h", `,"user_id":"u","x":`+strings.Repeat("[", 20000)+strings.Repeat("]", 20000))
 		return v
@@ -144,8 +144,8 @@ func hostileCorpus(t *testing.T) []hostile {
 	raw("metadata duplicate key", `metadata: duplicate name "tenant"`, "c-h", `,"user_id":"u-c-h","metadata":{"tenant":"a","tenant":"b"}`)
 	// Oversize parts (the requests topic allows 16 MiB; the producer of dead letters 1 MiB).
 	env("text over the limit", "value is", "c-h", set("text", big))
-	add("oversize key", "malformed JSON", big, []byte("not JSON"))
-	cs = append(cs, hostile{name: "oversize headers", key: []byte("c-h"), value: []byte("not JSON"), dead: "malformed JSON",
+	add("oversize key", "not JSON", big, []byte("not JSON"))
+	cs = append(cs, hostile{name: "oversize headers", key: []byte("c-h"), value: []byte("not JSON"), dead: "not JSON",
 		headers: []sarama.RecordHeader{{Key: []byte("pasted-log"), Value: []byte(big)}}})
 	// Odd but valid: served.
 	env("unknown extra field", "", "c-odd-1", set("future_field", map[string]any{"nested": []int{1, 2}}))

@@ -21,6 +21,8 @@ type record struct {
 
 	// staged is the transactional mode's outcome waiting for every lower record's (txn.go).
 	staged *outbound
+	// batch holds the records of the key taken with this one for a BatchHandler (batch.go).
+	batch []*record
 }
 
 // partition is one claimed partition: its window (records, key queues, watermark; package
@@ -79,12 +81,12 @@ func wake(ch chan struct{}) {
 	}
 }
 
-// keyOf is the ordering key of a record: its record key by key, one key ("") by partition.
-func (p *partition) keyOf(msg *sarama.ConsumerMessage) string {
+// keyOf is the ordering key of a record: its record key by key, one key (nil) by partition.
+func (p *partition) keyOf(msg *sarama.ConsumerMessage) []byte {
 	if p.c.cfg.Ordering == OrderByPartition {
-		return ""
+		return nil
 	}
-	return string(msg.Key)
+	return msg.Key
 }
 
 // push adds a record to the window (queued). A full window pauses the partition; records that
@@ -149,6 +151,12 @@ func (p *partition) dispatch() {
 		}
 		p.mu.Lock()
 		slot := p.w.Start()
+		if slot != nil && p.c.batcher != nil {
+			slot.Value.batch = slot.Value.batch[:0]
+			for _, more := range p.w.TakeQueued(slot, p.c.cfg.MaxBatch-1) {
+				slot.Value.batch = append(slot.Value.batch, more.Value)
+			}
+		}
 		p.mu.Unlock()
 		if slot == nil { // stopped meanwhile
 			<-p.c.sem
@@ -179,9 +187,20 @@ func (p *partition) waitStartable() bool {
 	}
 }
 
-// serve runs r's turn and hands off its outcome, then frees the member's slot.
+// serve runs r's turn (with the records of its batch, if any) and hands off its outcome, then
+// frees the member's slot.
 func (p *partition) serve(r *record) {
 	defer func() { <-p.c.sem }()
+	if len(r.batch) > 0 {
+		p.serveBatch(r)
+		return
+	}
+	p.serveOne(r)
+}
+
+// serveOne runs r's turn and hands off its outcome; false when the record was left to the
+// partition's next owner (abandoned, or the producer is closing).
+func (p *partition) serveOne(r *record) bool {
 	ob, ok := p.process(r)
 	ob = p.unpublished(ob) // a replay's empty topics
 	if ok && !p.notified(ob) {
@@ -189,9 +208,9 @@ func (p *partition) serve(r *record) {
 	}
 	if !ok {
 		p.endAbandoned()
-		return
+		return false
 	}
-	p.handoff(r, ob)
+	return p.handoff(r, ob)
 }
 
 // endAbandoned ends a turn that was abandoned (revoke, shutdown): its record stays running, so
@@ -212,8 +231,8 @@ func (p *partition) turnEnded() {
 
 // handoff gives r's outcome (nil: nothing to publish) to the sink; only then may the key's
 // next record start. After abandon it does nothing: a late turn on a released partition is
-// neither published nor committed.
-func (p *partition) handoff(r *record, ob *outbound) {
+// neither published nor committed. It returns false when r was left to the next owner.
+func (p *partition) handoff(r *record, ob *outbound) bool {
 	p.out.RLock()
 	defer p.out.RUnlock()
 	if p.abandoned { // written under out's write lock, which the read lock excludes
@@ -221,23 +240,24 @@ func (p *partition) handoff(r *record, ob *outbound) {
 		p.log.Warn("turn finished after its partition was released; not published, not committed",
 			"offset", r.msg.Offset)
 		p.endAbandoned()
-		return
+		return false
 	}
-	p.c.sink.deliver(r, ob)
+	return p.c.sink.deliver(r, ob)
 }
 
 // completeNow completes r, whose turn publishes nothing: running -> done.
-func (p *partition) completeNow(r *record) {
+func (p *partition) completeNow(r *record) bool {
 	p.mu.Lock()
 	p.c.stats.records.Add(1)
 	p.act(p.w.Complete(&r.slot))
 	p.mu.Unlock()
 	p.turnEnded()
+	return true
 }
 
 // send hands r's outcome ob to the producer through put (running -> sending); false from put
-// (the producer is closing) leaves the record running, to the next owner.
-func (p *partition) send(r *record, ob *outbound, put func(*outbound) bool) {
+// (the producer is closing) leaves the record running, to the next owner, and is returned.
+func (p *partition) send(r *record, ob *outbound, put func(*outbound) bool) bool {
 	p.mu.Lock()
 	p.w.BeginSend(&r.slot)
 	p.mu.Unlock()
@@ -250,6 +270,7 @@ func (p *partition) send(r *record, ob *outbound, put func(*outbound) bool) {
 	}
 	p.mu.Unlock()
 	p.turnEnded()
+	return sent
 }
 
 // resend hands a retried or replacement outcome to the producer; the record stays sending.

@@ -1,137 +1,223 @@
 package consumer
 
 import (
-	"strconv"
+	"fmt"
+	"log/slog"
+	"sync"
 
 	"github.com/IBM/sarama"
+	"github.com/cenkalti/backoff/v5"
+	"go.opentelemetry.io/otel/trace"
 
+	rec "github.com/turnstile-go/turnstile/internal/record"
 	"github.com/turnstile-go/turnstile/turn"
 )
 
-// Header names on result and dead-letter records. Values are UTF-8 text; numbers in decimal.
+// outKind is what an outbound record is.
+type outKind uint8
+
 const (
-	// HeaderRequestID carries the request id (results and dead letters, when known).
-	HeaderRequestID = "request-id"
-	// HeaderConversationID carries the conversation id (results and dead letters, when known).
-	HeaderConversationID = "conversation-id"
-	// HeaderAttempt carries the inbox's attempt count when the result was produced (results).
-	HeaderAttempt = "attempt"
-	// HeaderReason says in one line why a record was dead-lettered (dead letters).
-	HeaderReason = "reason"
-	// HeaderError carries the last error's text, when there was one (dead letters).
-	HeaderError = "error"
-	// HeaderAttempts carries the number of attempts spent (dead letters).
-	HeaderAttempts = "attempts"
-	// HeaderSourceTopic, HeaderSourcePartition and HeaderSourceOffset locate the original
-	// record, its own offset (dead letters).
-	HeaderSourceTopic     = "source-topic"
-	HeaderSourcePartition = "source-partition"
-	HeaderSourceOffset    = "source-offset"
-	// HeaderValueDropped says that a dead letter carries no value because the record as it
-	// came was refused by the dead-letter topic (too large), with the original size; the
-	// source headers locate the original, which stays on the requests topic until retention.
-	HeaderValueDropped = "value-dropped"
-	// HeaderHeadersDropped says that a dead letter carries none of the record's own headers
-	// because, with them, it was still refused without its value: "N headers, B bytes".
-	HeaderHeadersDropped = "headers-dropped"
-	// HeaderKeyDropped says that a dead letter carries no key because, with it, it was still
-	// refused without its value and headers: "B bytes" (the key's size). Such a dead letter
-	// keeps the request's partition when the dead-letter topic has as many partitions.
-	HeaderKeyDropped = "key-dropped"
-	// HeaderKind carries the turn.Kind (its String, turn.ParseKind reads it back) of the error
-	// that dead-lettered the record: "permanent" (a record that is not a valid request, another
-	// user's conversation, a turn.Permanent error, an answer too large to publish), "attempt"
-	// (the attempts ran out, panics included) or "rate_limited" (Config.MaxRateLimits), so
-	// that an operator can tell a bad record from a failing dependency without parsing the
-	// reason (dead letters).
-	HeaderKind = "kind"
+	outResult               outKind = iota // a result on Config.ResultsTopic
+	outDeadLetter                          // a dead letter carrying the request record as it came
+	outBareDeadLetter                      // a dead letter without the record's value (it was refused)
+	outHeaderlessDeadLetter                // nor the producer's headers (refused too)
+	outKeylessDeadLetter                   // nor the record's key: turnstile's headers only
+	outNothing                             // transactional mode: no record, the offset only (txn.go)
 )
 
-// partitioner places results and dead letters: on the request's partition index when the
-// target topic has as many partitions as the requests topic (co-partitioned, whatever
-// partitioner the upstream producer used), else where a Java producer would put the key
-// (murmur2, sarama.NewMurmur2Partitioner), never on sarama's default FNV-1a hash.
-type partitioner struct{ murmur2 sarama.Partitioner }
+// outbound is a result or dead letter on its way to the broker. It rides in
+// ProducerMessage.Metadata, so the acknowledgement finds its record, and the partitioner
+// finds the request's placement.
+type outbound struct {
+	p    *partition
+	r    *record
+	pm   *sarama.ProducerMessage
+	kind outKind
 
-func newPartitioner(topic string) sarama.Partitioner {
-	return &partitioner{murmur2: sarama.NewMurmur2Partitioner(topic)}
+	// msg, key and value hold the first send's record (pm points to msg, whose Key and Value
+	// point to key and value), so that an outcome takes one allocation, not four.
+	msg        sarama.ProducerMessage
+	key, value sarama.ByteEncoder
+
+	req        *turn.Request // nil when the record did not decode
+	reason     string        // dead letters
+	attempts   int
+	replayed   bool  // a result answered from the inbox
+	partitions int32 // the requests topic's partition count when the outcome was built
+
+	bo *backoff.ExponentialBackOff // failed publishes, made on the first failure
+
+	span trace.Span // the send span when tracing is on (telemetry.go)
 }
 
-func (p *partitioner) Partition(msg *sarama.ProducerMessage, numPartitions int32) (int32, error) {
-	if ob, ok := msg.Metadata.(*outbound); ok && ob.partitions == numPartitions && ob.r.msg.Partition < numPartitions {
-		return ob.r.msg.Partition, nil
+// output is the member's async idempotent producer (results and dead letters) and the loop
+// that reads its acknowledgements. The producer keeps the order of records sent to one
+// partition (Idempotent, Net.MaxOpenRequests=1), so a key's results land in turn order.
+type output struct {
+	producer sarama.AsyncProducer
+	log      *slog.Logger
+
+	closing chan struct{} // closed first, so a send blocked on a full input gives up
+	mu      sync.RWMutex  // send (read) against close (write): Input is closed by AsyncClose
+	closed  bool
+	done    chan struct{} // the ack loop ended
+}
+
+func newOutput(producer sarama.AsyncProducer, log *slog.Logger) *output {
+	return &output{producer: producer, log: log, closing: make(chan struct{}), done: make(chan struct{})}
+}
+
+// send hands ob to the producer; false when the producer is closing.
+func (o *output) send(ob *outbound) bool {
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	if o.closed {
+		return false
 	}
-	return p.murmur2.Partition(msg, numPartitions)
+	select {
+	case o.producer.Input() <- ob.pm:
+		return true
+	case <-o.closing:
+		return false
+	}
 }
 
-func (p *partitioner) RequiresConsistency() bool { return true }
-
-func (p *partitioner) MessageRequiresConsistency(msg *sarama.ProducerMessage) bool {
-	return msg.Key != nil || msg.Metadata != nil
+// close stops the producer after what it holds is sent or failed, and waits for the ack loop.
+// Called by Run once every claim has returned.
+func (o *output) close() {
+	close(o.closing)
+	o.mu.Lock()
+	o.closed = true
+	o.mu.Unlock()
+	o.producer.AsyncClose()
+	<-o.done
 }
 
-// The names of a result's headers as bytes, shared by every result record (the producer
-// only reads them).
-var (
-	requestIDKey      = []byte(HeaderRequestID)
-	conversationIDKey = []byte(HeaderConversationID)
-	attemptKey        = []byte(HeaderAttempt)
-)
-
-// resultHeaders returns the headers of req's result: its request id, its conversation id and
-// the attempt, in a slice with room for extra more. The three values share one allocation.
-func resultHeaders(req *turn.Request, attempt, extra int) []sarama.RecordHeader {
-	id, conv := len(req.ID), len(req.ID)+len(req.ConversationID)
-	values := append(append(make([]byte, 0, conv+20), req.ID...), req.ConversationID...)
-	values = strconv.AppendInt(values, int64(attempt), 10)
-	hs := make([]sarama.RecordHeader, 3, 3+extra)
-	hs[0] = sarama.RecordHeader{Key: requestIDKey, Value: values[:id:id]}
-	hs[1] = sarama.RecordHeader{Key: conversationIDKey, Value: values[id:conv:conv]}
-	hs[2] = sarama.RecordHeader{Key: attemptKey, Value: values[conv:]}
-	return hs
-}
-
-func header(k, v string) sarama.RecordHeader {
-	return sarama.RecordHeader{Key: []byte(k), Value: []byte(v)}
-}
-
-func itoa[T int | int32 | int64](v T) string { return strconv.FormatInt(int64(v), 10) }
-
-// resultRecordRoom is the room, in bytes, a result record keeps for what is not the Result's
-// encoding: sarama's per-record overhead in a record batch (maximumRecordOverhead, 36 bytes)
-// and each header's two length varints (10 bytes), rounded up, plus the trace context that
-// telemetry may inject (traceparent and a tracestate of up to 512 bytes, W3C Trace Context).
-const resultRecordRoom = 128 + 600
-
-// ResultLimit returns the turn.ResultLimit of req's turn for a results producer whose
-// Producer.MaxMessageBytes is maxMessageBytes (sarama refuses a larger record,
-// ProducerMessage.ByteSize): that limit less the room the result record's key and headers
-// take, with the request headers named in forward copied onto it (Config.ForwardHeaders) and
-// a trace context injected. The consumer puts it in every Handler call's context; the
-// Temporal activity does the same with its publisher's limit.
-func ResultLimit(maxMessageBytes int, req *turn.Request, forward []string) turn.ResultLimit {
-	return turn.ResultLimit{Bytes: maxMessageBytes - resultRoom(req, forward), Source: resultLimitSource(maxMessageBytes)}
-}
-
-// resultRoom is the room, in bytes, that req's result record keeps for its key and headers.
-func resultRoom(req *turn.Request, forward []string) int {
-	room := resultRecordRoom + len(req.ConversationID) + // the key
-		len(HeaderRequestID) + len(req.ID) + len(HeaderConversationID) + len(req.ConversationID) + len(HeaderAttempt) + 20
-	for _, name := range forward {
-		if v, ok := req.Headers[name]; ok {
-			room += len(name) + len(v) + 10
+// acks routes each acknowledgement or failure to the sink until the producer's channels
+// close.
+func (o *output) acks(s sink) {
+	defer close(o.done)
+	succ, errs := o.producer.Successes(), o.producer.Errors()
+	for succ != nil || errs != nil {
+		select {
+		case m, ok := <-succ:
+			if !ok {
+				succ = nil
+				continue
+			}
+			if ob, ok := m.Metadata.(*outbound); ok {
+				s.acked(ob, nil)
+			}
+		case e, ok := <-errs:
+			if !ok {
+				errs = nil
+				continue
+			}
+			if ob, ok := e.Msg.Metadata.(*outbound); ok {
+				s.acked(ob, e.Err)
+			}
 		}
 	}
-	return room
 }
 
-// resultLimitSource names the limit in a dead letter's reason.
-func resultLimitSource(maxMessageBytes int) string {
-	return "the producer's Producer.MaxMessageBytes of " + strconv.Itoa(maxMessageBytes) + " bytes, less room for the record's key and headers"
+// delivered counts an acknowledged outcome (acks=all: durable) and completes its record.
+func (p *partition) delivered(ob *outbound) {
+	ob.endPublish(nil)
+	if m := p.c.meters; m != nil {
+		m.outcome(ob)
+	}
+	switch ob.kind {
+	case outResult:
+		p.c.stats.results.Add(1)
+		if ob.replayed {
+			p.c.stats.replayed.Add(1)
+		}
+	default:
+		p.c.stats.deadLetters.Add(1)
+		p.log.Error("record dead-lettered", "offset", ob.r.msg.Offset, "reason", ob.reason,
+			"attempts", ob.attempts, reqAttrs(ob.req))
+	}
+	p.acked(ob.r)
 }
 
-// resultLimit is ResultLimit for this consumer's producer, with the source text made once in
-// New rather than per record.
-func (c *Consumer) resultLimit(req *turn.Request) turn.ResultLimit {
-	return turn.ResultLimit{Bytes: c.maxRecordBytes - resultRoom(req, c.cfg.ForwardHeaders), Source: c.resultLimitSource}
+// failed handles a publish that sarama gave up on after its own retries. A record the topic
+// refuses for good (too large) is replaced: a result by a dead letter saying so, a dead letter
+// by one without the record's value, then without the producer's headers, then without the
+// key, whichever part is too large (G2: every refused record still gets a dead letter, which
+// locates the original by its source headers). Anything else is sent again after a backoff, until the
+// partition closes (the next owner then redoes the record). It runs on the ack loop, so what
+// can block (a send, a sleep) runs in a goroutine of its own.
+func (p *partition) failed(ob *outbound, err error) {
+	if refused(err) {
+		ob.endPublish(err)
+		next := ob.replacement(err)
+		if next == nil {
+			// Not even turnstile's own headers fit (a dead-letter topic whose limit is a few
+			// KiB): say so as loudly as we can, and move on.
+			p.c.stats.skipped.Add(1)
+			p.log.Error("dead letter refused even without the record's value, headers and key; record skipped",
+				"offset", ob.r.msg.Offset, "err", err, reqAttrs(ob.req))
+			p.acked(ob.r)
+			return
+		}
+		go p.resend(next)
+		return
+	}
+	if ob.bo == nil {
+		ob.bo = newBackoff(p.c.cfg.RetryBackoff, p.c.cfg.MaxRetryBackoff)
+	}
+	d := ob.bo.NextBackOff()
+	p.log.Warn("publish failed; retrying", "offset", ob.r.msg.Offset, "to", ob.pm.Topic, "err", err, "in", d.String())
+	go func() {
+		if !sleep(p.waits, d) {
+			p.unsent()
+			return
+		}
+		p.resend(ob)
+	}()
+}
+
+// replacement returns what to publish instead of a refused outbound, or nil when nothing can:
+// a result is replaced by a dead letter saying so, a dead letter by a smaller one
+// (record.Shrink: without its value, then the producer's headers, then its key).
+func (ob *outbound) replacement(err error) *outbound {
+	p, r := ob.p, ob.r
+	switch ob.kind {
+	case outResult:
+		size := ob.pm.Value.Length()
+		return p.deadLetter(r, ob.req, fmt.Sprintf("the result (%d bytes) was refused by the results topic", size), err, ob.attempts, turn.KindPermanent)
+	case outDeadLetter, outBareDeadLetter, outHeaderlessDeadLetter:
+		pm, part := rec.Shrink(ob.pm, err)
+		if pm == nil {
+			return nil
+		}
+		note := pm.Headers[len(pm.Headers)-1]
+		p.log.Error("dead letter refused; publishing it without its "+part.String(), "offset", r.msg.Offset, "err", err,
+			string(note.Key), string(note.Value))
+		next := &outbound{p: p, r: r, kind: shrunk[part], pm: pm, req: ob.req, reason: ob.reason,
+			attempts: ob.attempts, partitions: ob.partitions}
+		pm.Metadata = next
+		return next
+	}
+	return nil
+}
+
+// shrunk is the kind of a dead letter that record.Shrink dropped a part of.
+var shrunk = [...]outKind{rec.PartValue: outBareDeadLetter, rec.PartHeaders: outHeaderlessDeadLetter, rec.PartKey: outKeylessDeadLetter}
+
+// DeadLetterHeader reports a header name that turnstile sets on dead letters (the Header*
+// constants but HeaderAttempt, which only results carry; record.IsDeadLetterHeader): the
+// consumer never copies a producer's header of such a name onto a dead letter, and package
+// deadletter parses them.
+func DeadLetterHeader(name string) bool { return rec.IsDeadLetterHeader(name) }
+
+// refused reports a publish error that retrying cannot fix (record.Refused: too large).
+var refused = rec.Refused
+
+// reqAttrs is the request's ids for a log line, empty when the record did not decode.
+func reqAttrs(req *turn.Request) slog.Attr {
+	if req == nil {
+		return slog.Attr{}
+	}
+	return slog.Group("", "request_id", req.ID, "conversation_id", req.ConversationID)
 }

@@ -5,6 +5,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/turnstile-go/turnstile/consumer"
+	"github.com/turnstile-go/turnstile/internal/record"
 )
 
 func TestResultPlacement(t *testing.T) {
@@ -38,4 +41,19 @@ func TestResultPlacement(t *testing.T) {
 		// What a Java producer's default partitioner picks for these keys on 12 partitions.
 		require.Equal(t, map[string]int32{"user-42": 4, "order-1001": 6}, got)
 	})
+}
+
+// consumer.DeadLetterHeader is the record format's list (record.IsDeadLetterHeader), and the
+// exported Header* names are its names.
+func TestHeaderNamesAreTheRecordFormats(t *testing.T) {
+	t.Parallel()
+	for _, name := range append(record.DeadLetterHeaderNames(), record.ResultHeaderNames()...) {
+		require.Equal(t, record.IsDeadLetterHeader(name), consumer.DeadLetterHeader(name), name)
+	}
+	require.False(t, consumer.DeadLetterHeader(consumer.HeaderAttempt), "results only")
+	require.Equal(t, record.ResultHeaderNames(), []string{consumer.HeaderRequestID, consumer.HeaderConversationID, consumer.HeaderAttempt})
+	require.Equal(t, record.DeadLetterHeaderNames(), []string{consumer.HeaderReason, consumer.HeaderAttempts, consumer.HeaderSourceTopic,
+		consumer.HeaderSourcePartition, consumer.HeaderSourceOffset, consumer.HeaderKind, consumer.HeaderError, consumer.HeaderRequestID,
+		consumer.HeaderConversationID, consumer.HeaderOrigin, consumer.HeaderWorkflowID, consumer.HeaderSequence,
+		consumer.HeaderValueDropped, consumer.HeaderHeadersDropped, consumer.HeaderKeyDropped})
 }

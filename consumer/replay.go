@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-
-	"github.com/turnstile-go/turnstile/turn"
 )
 
 // Replay configures a replay into a sandbox (Config.Replay): the Consumer reads the production
@@ -308,12 +306,4 @@ func (p *partition) unpublished(ob *outbound) *outbound {
 			"reason", ob.reason, reqAttrs(ob.req))
 	}
 	return nil
-}
-
-// turnContext marks the context of a replay's turns (turn.WithReplay).
-func (c *Consumer) turnContext(ctx context.Context) context.Context {
-	if c.cfg.Replay == nil {
-		return ctx
-	}
-	return turn.WithReplay(ctx)
 }

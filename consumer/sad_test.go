@@ -98,7 +98,7 @@ func TestOversizedDeadLetterDoesNotStall(t *testing.T) {
 	require.Empty(t, dead[0].Value)
 	h := turntest.HeaderMap(dead[0])
 	require.Contains(t, h[consumer.HeaderValueDropped], fmt.Sprintf("%d bytes", len(big)))
-	require.Contains(t, h[consumer.HeaderReason], "malformed JSON")
+	require.Contains(t, h[consumer.HeaderReason], "not JSON")
 	require.Equal(t, "0", h[consumer.HeaderSourceOffset])
 }
 

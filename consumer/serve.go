@@ -13,6 +13,7 @@ import (
 	"github.com/cenkalti/backoff/v5"
 	"go.opentelemetry.io/otel/trace"
 
+	rec "github.com/turnstile-go/turnstile/internal/record"
 	"github.com/turnstile-go/turnstile/turn"
 )
 
@@ -426,60 +427,29 @@ func (p *partition) result(r *record, req *turn.Request, res *turn.Result, encod
 		partitions: p.c.partitions.Load(), key: r.msg.Key, value: value}
 	ob.msg = sarama.ProducerMessage{
 		Topic: p.c.cfg.ResultsTopic, Key: &ob.key, Value: &ob.value,
-		Headers: p.c.forward(resultHeaders(req, res.Attempt, len(p.c.cfg.ForwardHeaders)), req), Metadata: ob,
+		Headers: p.c.forward(rec.ResultHeaders(req, res.Attempt, len(p.c.cfg.ForwardHeaders)), req), Metadata: ob,
 	}
 	ob.pm = &ob.msg
 	return ob
 }
 
 // deadLetter builds the dead letter of r: the record as it came, with the reason and kind (the
-// turn.Kind that dead-lettered it, HeaderKind) in headers.
+// turn.Kind that dead-lettered it, HeaderKind) in headers (record.DeadLetter.Headers).
 func (p *partition) deadLetter(r *record, req *turn.Request, reason string, cause error, attempts int, kind turn.Kind) *outbound {
 	msg := r.msg
-	ours := []sarama.RecordHeader{
-		header(HeaderReason, clip(reason)), header(HeaderAttempts, itoa(attempts)),
-		header(HeaderSourceTopic, msg.Topic), header(HeaderSourcePartition, itoa(msg.Partition)),
-		header(HeaderSourceOffset, itoa(msg.Offset)),
-	}
-	if kind != turn.KindNone { // a dead letter of an earlier delivery, answered from the inbox: not known
-		ours = append(ours, header(HeaderKind, kind.String()))
-	}
-	if cause != nil {
-		ours = append(ours, header(HeaderError, clip(cause.Error())))
-	}
+	dl := rec.DeadLetter{Reason: reason, Error: rec.ErrorText(cause), Attempts: attempts, Kind: kind,
+		Source: turn.Source{Topic: msg.Topic, Partition: msg.Partition, Offset: msg.Offset}}
 	if req != nil {
-		ours = append(ours, header(HeaderRequestID, req.ID), header(HeaderConversationID, req.ConversationID))
+		dl.RequestID, dl.ConversationID = req.ID, req.ConversationID
 	}
 	ob := &outbound{p: p, r: r, kind: outDeadLetter, req: req, reason: reason, attempts: attempts,
 		partitions: p.c.partitions.Load(), key: msg.Key, value: msg.Value}
 	ob.msg = sarama.ProducerMessage{
 		Topic: p.c.cfg.DeadLetterTopic, Key: &ob.key, Value: &ob.value,
-		Headers: deadLetterHeaders(msg.Headers, ours), Metadata: ob,
+		Headers: dl.Headers(msg.Headers), Metadata: ob,
 	}
 	ob.pm = &ob.msg
 	return ob
-}
-
-// deadLetterHeaders returns the headers of a dead letter: the record's own, in order, except
-// those named like one that turnstile sets on dead letters (a producer cannot forge a reason or
-// a note of what was dropped), then ours.
-func deadLetterHeaders(theirs []*sarama.RecordHeader, ours []sarama.RecordHeader) []sarama.RecordHeader {
-	headers := make([]sarama.RecordHeader, 0, len(theirs)+len(ours))
-	for _, h := range theirs {
-		if h != nil && !DeadLetterHeader(string(h.Key)) {
-			headers = append(headers, *h)
-		}
-	}
-	return append(headers, ours...)
-}
-
-// clip bounds a header value, so that a long error text cannot make a dead letter too large.
-func clip(s string) string {
-	const maxHeader = 4 << 10
-	if len(s) <= maxHeader {
-		return s
-	}
-	return strings.ToValidUTF8(s[:maxHeader], "") + "…"
 }
 
 func newBackoff(initial, maxInterval time.Duration) *backoff.ExponentialBackOff {
@@ -488,11 +458,10 @@ func newBackoff(initial, maxInterval time.Duration) *backoff.ExponentialBackOff 
 	return bo
 }
 
-func hasHeader(hs []sarama.RecordHeader, key string) bool {
-	for _, h := range hs {
-		if string(h.Key) == key {
-			return true
-		}
+// turnContext marks the context of a replay's turns (turn.WithReplay).
+func (c *Consumer) turnContext(ctx context.Context) context.Context {
+	if c.cfg.Replay == nil {
+		return ctx
 	}
-	return false
+	return turn.WithReplay(ctx)
 }

@@ -15,9 +15,10 @@ import (
 type sink interface {
 	// deliver takes r's outcome once its turn ended: ob is the result or dead letter to
 	// publish, or nil when the turn publishes nothing. It moves r on through the partition
-	// (completeNow or send) and returns once the key's next record may start. Called under
+	// (completeNow or send) and returns once the key's next record may start: true, or false
+	// when r was left to the partition's next owner (the producer is closing). Called under
 	// r.p.out's read lock, never after the partition was abandoned.
-	deliver(r *record, ob *outbound)
+	deliver(r *record, ob *outbound) bool
 	// acked takes the producer's acknowledgement of ob (err nil) or its failure after sarama's
 	// own retries. Called by the output's ack loop, one at a time.
 	acked(ob *outbound, err error)
@@ -40,15 +41,14 @@ type sink interface {
 // acknowledgement (acks=all: durable) the record is done, and the partition's watermark is
 // marked on the group session, which sarama commits every Config.CommitInterval and on
 // revoke. A publish that fails is retried or, when the topic refuses it for good, replaced
-// (output.go: failed).
+// (publish.go: failed).
 type marks struct{ out *output }
 
-func (m marks) deliver(r *record, ob *outbound) {
+func (m marks) deliver(r *record, ob *outbound) bool {
 	if ob == nil {
-		r.p.completeNow(r)
-		return
+		return r.p.completeNow(r)
 	}
-	r.p.send(r, ob, m.out.send)
+	return r.p.send(r, ob, m.out.send)
 }
 
 func (marks) acked(ob *outbound, err error) {

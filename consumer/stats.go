@@ -28,6 +28,9 @@ type Stats struct {
 	// Alone counts the turns run with no other turn of the member in flight, because their
 	// request's last attempt ended with its member while others ran (turn.ErrRunAlone).
 	Alone int64
+	// Batches counts the BatchHandler calls that took their records, and Batched the records
+	// they handed off (each counted in Turns too).
+	Batches, Batched int64
 	// Skipped counts records that could be neither served nor dead-lettered, even without
 	// their value; each was logged at error level with its location. It should stay 0.
 	Skipped int64
@@ -47,13 +50,14 @@ func (s Stats) Add(o Stats) Stats {
 		Abandoned: s.Abandoned + o.Abandoned, LateDropped: s.LateDropped + o.LateDropped,
 		Pauses: s.Pauses + o.Pauses, Claims: s.Claims + o.Claims, Released: s.Released + o.Released,
 		Commits: s.Commits + o.Commits, Skipped: s.Skipped + o.Skipped, Alone: s.Alone + o.Alone,
+		Batches: s.Batches + o.Batches, Batched: s.Batched + o.Batched,
 		PeakBuffered: max(s.PeakBuffered, o.PeakBuffered),
 	}
 }
 
 type counters struct {
 	records, turns, results, replayed, deadLetters, retries, rateLimited, abandoned, lateDropped,
-	pauses, claims, released, commits, skipped, alone, peakBuffered atomic.Int64
+	pauses, claims, released, commits, skipped, alone, batches, batched, peakBuffered atomic.Int64
 }
 
 // peak raises peakBuffered to n if n is higher.
@@ -75,6 +79,7 @@ func (c *Consumer) Stats() Stats {
 		Abandoned: s.abandoned.Load(), LateDropped: s.lateDropped.Load(),
 		Pauses: s.pauses.Load(), Claims: s.claims.Load(), Released: s.released.Load(),
 		Commits: s.commits.Load(), Skipped: s.skipped.Load(), Alone: s.alone.Load(),
+		Batches: s.batches.Load(), Batched: s.batched.Load(),
 		PeakBuffered: s.peakBuffered.Load(),
 	}
 }

@@ -13,6 +13,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 
+	rec "github.com/turnstile-go/turnstile/internal/record"
 	"github.com/turnstile-go/turnstile/turn"
 	"github.com/turnstile-go/turnstile/turn/turnotel"
 )
@@ -179,7 +180,7 @@ func (p producerHeaders) Set(key, value string) {
 			return
 		}
 	}
-	*p.h = append(*p.h, header(key, value))
+	*p.h = append(*p.h, rec.Header(key, value))
 }
 
 func (p producerHeaders) Keys() []string {
@@ -205,17 +206,9 @@ func recordHeaders(msg *sarama.ConsumerMessage) map[string]string {
 	return h
 }
 
-// forward appends the headers of req named in Config.ForwardHeaders to hs.
+// forward appends the headers of req named in Config.ForwardHeaders to hs (record.Forward).
 func (c *Consumer) forward(hs []sarama.RecordHeader, req *turn.Request) []sarama.RecordHeader {
-	if len(req.Headers) == 0 {
-		return hs
-	}
-	for _, name := range c.cfg.ForwardHeaders {
-		if v, ok := req.Headers[name]; ok && !hasHeader(hs, name) {
-			hs = append(hs, header(name, v))
-		}
-	}
-	return hs
+	return rec.Forward(hs, req.Headers, c.cfg.ForwardHeaders)
 }
 
 // since returns the seconds from began to now.

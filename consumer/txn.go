@@ -216,11 +216,11 @@ func (t *txn) stage(r *record, ob *outbound) {
 // deliver stages r's outcome (sink): it joins the transaction in offset order, and r stays
 // sending until the transaction commits. A turn that publishes nothing joins it too, with an
 // outbound of kind outNothing, for its offset only.
-func (t *txn) deliver(r *record, ob *outbound) {
+func (t *txn) deliver(r *record, ob *outbound) bool {
 	if ob == nil {
 		ob = &outbound{p: r.p, r: r, kind: outNothing}
 	}
-	r.p.send(r, ob, func(ob *outbound) bool {
+	return r.p.send(r, ob, func(ob *outbound) bool {
 		t.stage(r, ob)
 		return true // staged: the transaction sends it, or leaves it to the next owner
 	})

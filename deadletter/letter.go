@@ -19,21 +19,33 @@ package deadletter
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/IBM/sarama"
 
-	"github.com/turnstile-go/turnstile/consumer"
+	"github.com/turnstile-go/turnstile/internal/record"
 	"github.com/turnstile-go/turnstile/turn"
 )
 
 // HeaderRedrivenFrom is the header Redrive adds to a re-published request: the dead letter it
-// came from, as "TOPIC/PARTITION/OFFSET".
-const HeaderRedrivenFrom = "redriven-from"
+// came from, as "TOPIC/PARTITION/OFFSET". Parse leaves it out of Letter.Headers, so that a
+// request dead-lettered again after a re-drive is re-driven with one, not two.
+const HeaderRedrivenFrom = record.HeaderRedrivenFrom
 
-// Letter is one dead letter as read from the dead-letter topic, with the consumer's headers
+// Values of Letter.Origin (the origin header, consumer.HeaderOrigin).
+const (
+	// OriginSubmit: the request came from Bridge.Submit of package workflow, not from a record
+	// of the requests topic; Redrive sends it to Options.RequestsTopic on its key's partition.
+	OriginSubmit = record.OriginSubmit
+	// OriginGap: the dead letter reports a sequence that never arrived, skipped by a release
+	// of its conversation (reason "gap", Letter.Sequence); there is no request to re-drive.
+	// Its Letter.RequestID is the gap's identity, the same on every copy (a retried report
+	// publishes the gap again): dedup on it.
+	OriginGap = record.OriginGap
+)
+
+// Letter is one dead letter as read from the dead-letter topic, with turnstile's headers
 // (consumer.HeaderReason and the others) parsed.
 type Letter struct {
 	// Topic, Partition and Offset locate the dead letter itself; Offset is its own.
@@ -67,64 +79,29 @@ type Letter struct {
 	// headers: the record's own headers, then its key, were left out too (still refused
 	// without its value); empty when they are there.
 	HeadersDropped, KeyDropped string
+	// Origin is where the request came from when not from a record of the requests topic
+	// (OriginSubmit, OriginGap; the origin header); empty for a record's dead letter.
+	// WorkflowID is the conversation workflow that dead-lettered it (Temporal mode), and
+	// Sequence the request's Sequence, or a gap's skipped sequence, when the dead letter says.
+	Origin, WorkflowID string
+	Sequence           int64
 }
 
 // ID returns "TOPIC/PARTITION/OFFSET" of the dead letter, the form HeaderRedrivenFrom and the
 // CLI use.
 func (l Letter) ID() string { return fmt.Sprintf("%s/%d/%d", l.Topic, l.Partition, l.Offset) }
 
-// ours reports the headers the consumer (and the Temporal publisher) add to a dead letter,
-// consumer.DeadLetterHeader, and this package's HeaderRedrivenFrom.
-func ours(name string) bool { return consumer.DeadLetterHeader(name) || name == HeaderRedrivenFrom }
-
-// Parse reads a dead-letter record. Headers that are missing or malformed leave their field
-// at its zero value (Source.Offset at -1); Parse never fails, so that a dead letter written
-// by another tool is still listed.
+// Parse reads a dead-letter record (record.Parse, the reader of what the consumer and the
+// Temporal publisher write). Headers that are missing or malformed leave their field at its
+// zero value (Source.Offset at -1); Parse never fails, so that a dead letter written by
+// another tool is still listed.
 func Parse(msg *sarama.ConsumerMessage) Letter {
+	p := record.Parse(msg.Headers)
 	l := Letter{Topic: msg.Topic, Partition: msg.Partition, Offset: msg.Offset, Timestamp: msg.Timestamp,
-		Key: msg.Key, Value: msg.Value, Source: turn.Source{Offset: -1}}
-	for _, h := range msg.Headers {
-		if h == nil {
-			continue
-		}
-		k, v := string(h.Key), string(h.Value)
-		if !ours(k) {
-			l.Headers = append(l.Headers, sarama.RecordHeader{Key: h.Key, Value: h.Value})
-			continue
-		}
-		switch k {
-		case consumer.HeaderRequestID:
-			l.RequestID = v
-		case consumer.HeaderConversationID:
-			l.ConversationID = v
-		case consumer.HeaderReason:
-			l.Reason = v
-		case consumer.HeaderError:
-			l.Error = v
-		case consumer.HeaderAttempts:
-			l.Attempts, _ = strconv.Atoi(v)
-		case consumer.HeaderSourceTopic:
-			l.Source.Topic = v
-		case consumer.HeaderSourcePartition:
-			if p, err := strconv.ParseInt(v, 10, 32); err == nil {
-				l.Source.Partition = int32(p)
-			}
-		case consumer.HeaderSourceOffset:
-			if o, err := strconv.ParseInt(v, 10, 64); err == nil {
-				l.Source.Offset = o
-			}
-		case consumer.HeaderValueDropped:
-			l.ValueDropped = v
-		case consumer.HeaderHeadersDropped:
-			l.HeadersDropped = v
-		case consumer.HeaderKeyDropped:
-			l.KeyDropped = v
-		case consumer.HeaderKind:
-			if kind, ok := turn.ParseKind(v); ok {
-				l.Kind = kind
-			}
-		}
-	}
+		Key: msg.Key, Value: msg.Value, Headers: p.Own, RequestID: p.RequestID, ConversationID: p.ConversationID,
+		Reason: p.Reason, Error: p.Error, Attempts: p.Attempts, Kind: p.Kind, Source: p.Source,
+		ValueDropped: p.ValueDropped, HeadersDropped: p.HeadersDropped, KeyDropped: p.KeyDropped,
+		Origin: p.Origin, WorkflowID: p.WorkflowID, Sequence: p.Sequence}
 	if l.ValueDropped != "" {
 		l.Value = nil
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/turnstile-go/turnstile/consumer"
 	"github.com/turnstile-go/turnstile/deadletter"
+	"github.com/turnstile-go/turnstile/internal/record"
 	"github.com/turnstile-go/turnstile/turn"
 )
 
@@ -40,4 +41,39 @@ func TestParseReadsEveryKindAndHeader(t *testing.T) {
 		require.True(t, consumer.DeadLetterHeader(name), name)
 	}
 	require.False(t, consumer.DeadLetterHeader(consumer.HeaderAttempt), "results only")
+}
+
+// Every dead letter turnstile writes (both modes build them with record.DeadLetter.Headers and
+// shrink a refused one with record.Shrink): for every kind, decoded or not, whole and at every
+// shrink step, Parse lists no turnstile header as the producer's and reads every field back.
+func TestParseEveryDeadLetterWritten(t *testing.T) {
+	t.Parallel()
+	own := []*sarama.RecordHeader{hdr("traceparent", "00-abc"), hdr(record.HeaderKind, "forged"), hdr(deadletter.HeaderRedrivenFrom, "dlq/0/1")}
+	for _, kind := range turn.Kinds() {
+		for _, decoded := range []bool{true, false} {
+			dl := record.DeadLetter{Reason: "why", Attempts: 2, Kind: kind, Source: turn.Source{Topic: "requests", Partition: 1, Offset: 9}}
+			if decoded {
+				dl.Error, dl.RequestID, dl.ConversationID = "boom", "req", "conv"
+			}
+			msg := &sarama.ProducerMessage{Key: sarama.StringEncoder("conv"), Value: sarama.StringEncoder("{}"), Headers: dl.Headers(own)}
+			for part := record.PartNone; msg != nil; msg, part = record.Shrink(msg, sarama.ErrMessageSizeTooLarge) {
+				cm := &sarama.ConsumerMessage{Topic: "dlq", Value: []byte("{}"), Headers: make([]*sarama.RecordHeader, len(msg.Headers))}
+				for i := range msg.Headers {
+					cm.Headers[i] = &msg.Headers[i]
+				}
+				l := deadletter.Parse(cm)
+				for _, h := range l.Headers {
+					require.False(t, record.IsDeadLetterHeader(string(h.Key)), "%s listed as the producer's after dropping the %s", h.Key, part)
+					require.NotEqual(t, deadletter.HeaderRedrivenFrom, string(h.Key))
+				}
+				require.Equal(t, dl.Kind, l.Kind)
+				require.Equal(t, dl.Source, l.Source)
+				require.Equal(t, [5]any{dl.Reason, dl.Error, dl.Attempts, dl.RequestID, dl.ConversationID},
+					[5]any{l.Reason, l.Error, l.Attempts, l.RequestID, l.ConversationID})
+				require.Equal(t, part >= record.PartValue, l.ValueDropped != "" && l.Value == nil, part)
+				require.Equal(t, part >= record.PartHeaders, l.HeadersDropped != "" && len(l.Headers) == 0, part)
+				require.Equal(t, part >= record.PartKey, l.KeyDropped != "", part)
+			}
+		}
+	}
 }

@@ -36,6 +36,10 @@ type Options struct {
 	Note string
 	// Logger gets a line per re-driven dead letter; default slog.Default().
 	Logger *slog.Logger
+	// DryRun changes nothing and publishes nothing: each Outcome says what the real run would
+	// do, from the same checks (the routing, the source record, the inbox entry read with Get).
+	// Inbox may be nil then: the entries are taken to be dead.
+	DryRun bool
 }
 
 // Action says what Redrive did with one dead letter.
@@ -63,28 +67,39 @@ type Outcome struct {
 	// Entry is the inbox entry after the re-drive; nil when the request has none (a record
 	// that did not decode never reached the inbox) or does not decode.
 	Entry *inbox.Entry
-	// Partition and Offset locate the published request, when Action published one.
+	// Topic and Partition are where the request was published (would be, in a dry run),
+	// when Action publishes one; Offset is its offset, -1 in a dry run.
+	Topic     string
 	Partition int32
 	Offset    int64
+	// DryRun is Options.DryRun: nothing was changed or published.
+	DryRun bool
 	// Err is why this dead letter could not be re-driven; the others go on.
 	Err error
 }
 
 // Redrive re-drives each dead letter: it makes the request's inbox entry runnable again
 // (inbox.Inbox.Redrive, with Options.Note in the audit) and publishes the request record again
-// to the requests topic, on its source partition (so the conversation keeps its partition),
-// with its key, its own headers and HeaderRedrivenFrom. A dead letter without its value is
-// re-driven from its source record, read by its offset (ErrSourceGone when retention removed
-// it). A request whose entry is done, or in progress with an attempt begun, is skipped; one
-// re-driven and not begun yet is published again (Republished): re-driving the same dead
-// letter twice gives one turn. Outcomes come back in the order of letters, each with its own
-// error; Redrive's own error is for what stops it all: bad Options, the producer, or ctx
-// ending, which returns the outcomes of the letters handled so far with ctx's error.
+// to the requests topic with its key, its own headers and HeaderRedrivenFrom (the workflow of
+// Temporal mode tells a re-drive from a duplicate by it). A dead letter of a record goes back
+// to its source partition (so the conversation keeps its partition; where a Java producer
+// would put its key, murmur2, when the topic has fewer partitions now); a dead letter of
+// Bridge.Submit (Letter.Origin OriginSubmit: no source record) goes to Options.RequestsTopic,
+// which it needs, on its key's partition, murmur2, as a Java producer and the consumer's
+// placement put it; a gap dead letter (OriginGap) has no request and is refused. A dead letter
+// without its value is re-driven from its source record, read by its offset (ErrSourceGone when
+// retention removed it). A request whose entry is done, or in progress with an attempt begun,
+// is skipped; one re-driven and not begun yet is published again (Republished): re-driving the
+// same dead letter twice gives one turn. With Options.DryRun nothing is changed or published,
+// and each Outcome says what the real run would do, from the same checks. Outcomes come back
+// in the order of letters, each with its own error; Redrive's own error is for what stops it
+// all: bad Options, the producer, or ctx ending, which returns the outcomes of the letters
+// handled so far with ctx's error.
 func Redrive(ctx context.Context, opts Options, letters []Letter) ([]Outcome, error) {
 	switch {
 	case opts.Client == nil:
 		return nil, errors.New("deadletter: Options.Client is nil")
-	case opts.Inbox == nil:
+	case opts.Inbox == nil && !opts.DryRun:
 		return nil, errors.New("deadletter: Options.Inbox is nil")
 	}
 	if opts.App == "" {
@@ -93,16 +108,19 @@ func Redrive(ctx context.Context, opts Options, letters []Letter) ([]Outcome, er
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	producer, err := newProducer(opts.Client)
-	if err != nil {
-		return nil, err
+	var producer sarama.SyncProducer
+	if !opts.DryRun {
+		var err error
+		if producer, err = newProducer(opts.Client); err != nil {
+			return nil, err
+		}
+		defer producer.Close()
 	}
-	defer producer.Close()
 	out := make([]Outcome, 0, len(letters))
 	for _, l := range letters {
 		o := redriveOne(ctx, opts, producer, l)
 		log := opts.Logger.With("dead_letter", l.ID(), "request_id", l.RequestID, "conversation_id", l.ConversationID,
-			"topic", l.Source.Topic, "partition", l.Source.Partition, "offset", l.Source.Offset)
+			"topic", l.Source.Topic, "partition", l.Source.Partition, "offset", l.Source.Offset, "dry_run", opts.DryRun)
 		switch {
 		case o.Err != nil:
 			log.Error("dead letter not re-driven", "err", o.Err)
@@ -111,7 +129,7 @@ func Redrive(ctx context.Context, opts Options, letters []Letter) ([]Outcome, er
 				"purged since, or Options.App is not the service's Runner.App (then the service dead-letters it again)",
 				"app", opts.App, "action", string(o.Action), "to_partition", o.Partition, "to_offset", o.Offset)
 		default:
-			log.Info("dead letter re-driven", "action", string(o.Action), "to_partition", o.Partition, "to_offset", o.Offset)
+			log.Info("dead letter re-driven", "action", string(o.Action), "to_topic", o.Topic, "to_partition", o.Partition, "to_offset", o.Offset)
 		}
 		out = append(out, o)
 		if ctx.Err() != nil && len(out) < len(letters) {
@@ -124,27 +142,41 @@ func Redrive(ctx context.Context, opts Options, letters []Letter) ([]Outcome, er
 // NoInboxEntry reports whether o published a request that spent attempts (so the inbox had
 // an entry for it) but whose entry Redrive did not find: the entry was purged since, and the
 // request runs as new, or Options.App is not the service's Runner.App, and the service finds
-// the entry still dead and dead-letters the request again.
+// the entry still dead and dead-letters the request again. A dry run without an Inbox finds
+// no entry either; it never reports one.
 func NoInboxEntry(o Outcome) bool {
-	return o.Err == nil && o.Action == Redriven && o.Entry == nil && o.Letter.Attempts > 0 && o.Letter.RequestID != ""
+	return o.Err == nil && o.Action == Redriven && o.Entry == nil && o.Letter.Attempts > 0 && o.Letter.RequestID != "" && !o.DryRun
 }
 
-func redriveOne(ctx context.Context, opts Options, producer sarama.SyncProducer, l Letter) Outcome {
-	o := Outcome{Letter: l}
+// plan is where and what a re-drive publishes: the record, placed on its partition.
+type plan struct {
+	msg *sarama.ProducerMessage
+}
+
+// planOf returns what re-driving l publishes (topic, partition, key, value, headers), or why
+// it cannot be re-driven. The real run and the dry run both use it.
+func planOf(ctx context.Context, opts Options, l Letter) (plan, error) {
+	if l.Origin == OriginGap {
+		return plan{}, fmt.Errorf("deadletter: a gap dead letter has no request to re-drive: sequence %d of conversation %q never arrived and was skipped by a release", l.Sequence, l.ConversationID)
+	}
 	topic := opts.RequestsTopic
 	if topic == "" {
 		topic = l.Source.Topic
 	}
-	if topic == "" || l.Source.Offset < 0 {
-		o.Err = errors.New("deadletter: the dead letter does not say where its request came from (source headers)")
-		return o
+	fromSubmit := l.Origin == OriginSubmit
+	switch {
+	case fromSubmit && opts.RequestsTopic == "":
+		return plan{}, errors.New("deadletter: the dead letter's request came from Bridge.Submit, not from a record: give Options.RequestsTopic (--requests-topic) to re-drive it through the requests topic")
+	case fromSubmit && l.Value == nil:
+		return plan{}, fmt.Errorf("deadletter: the dead letter's request came from Bridge.Submit and its value was dropped (%s): there is no source record to read it from", l.ValueDropped)
+	case topic == "" || l.Source.Offset < 0:
+		return plan{}, errors.New("deadletter: the dead letter does not say where its request came from (source headers)")
 	}
 	value, key, headers := l.Value, l.Key, l.Headers
-	if l.ValueDropped != "" || value == nil {
+	if !fromSubmit && (l.ValueDropped != "" || value == nil) {
 		src, err := readSource(ctx, opts.Client, l.Source.Topic, l.Source.Partition, l.Source.Offset)
 		if err != nil {
-			o.Err = err
-			return o
+			return plan{}, err
 		}
 		value, key = src.Value, src.Key
 		headers = headers[:0:0]
@@ -154,46 +186,100 @@ func redriveOne(ctx context.Context, opts Options, producer sarama.SyncProducer,
 			}
 		}
 	}
-	o.Action = Redriven
-	if req, err := opts.Decoder.Decode(value); err == nil {
-		e, err := opts.Inbox.Redrive(ctx, turn.InboxKey(opts.App, req), opts.Note)
-		switch {
-		case err == nil:
-		case errors.Is(err, inbox.ErrNotFound):
-			// Dead-lettered before the inbox saw it (or purged since): nothing blocks it.
-		case errors.Is(err, inbox.ErrNotDead) && e.Status == inbox.StatusDone:
-			o.Action, o.Entry = SkippedDone, &e
-			return o
-		case errors.Is(err, inbox.ErrNotDead) && e.Attempts == 0 && len(e.Redrives) > 0:
-			o.Action = Republished
-		case errors.Is(err, inbox.ErrNotDead):
-			o.Action, o.Entry = SkippedRunning, &e
-			return o
-		default:
-			o.Err = fmt.Errorf("deadletter: inbox re-drive of request %s: %w", req.ID, err)
-			return o
-		}
-		if err == nil || o.Action == Republished {
-			o.Entry = &e
-		}
+	if key == nil && l.ConversationID != "" {
+		key = []byte(l.ConversationID) // the key was dropped (too large with it): the conversation id is the key
 	}
 	msg := &sarama.ProducerMessage{Topic: topic, Key: sarama.ByteEncoder(key), Value: sarama.ByteEncoder(value),
-		Headers:  append(headers[:len(headers):len(headers)], sarama.RecordHeader{Key: []byte(HeaderRedrivenFrom), Value: []byte(l.ID())}),
-		Metadata: sourcePartition(l.Source.Partition)}
-	p, off, err := producer.SendMessage(msg)
+		Headers: append(headers[:len(headers):len(headers)], sarama.RecordHeader{Key: []byte(HeaderRedrivenFrom), Value: []byte(l.ID())})}
+	src := &l.Source.Partition
+	if fromSubmit {
+		src = nil
+	}
+	p, err := place(opts.Client, msg, src)
 	if err != nil {
-		o.Err = fmt.Errorf("deadletter: publish to %s: %w (the inbox entry is re-driven; run the re-drive again)", topic, err)
+		return plan{}, err
+	}
+	msg.Metadata = sourcePartition(p)
+	return plan{msg: msg}, nil
+}
+
+// place returns the partition of topic msg goes to: src when the topic has it, else where a
+// Java producer puts msg's key (murmur2, sarama.NewMurmur2Partitioner).
+func place(client sarama.Client, msg *sarama.ProducerMessage, src *int32) (int32, error) {
+	parts, err := client.Partitions(msg.Topic)
+	if err != nil {
+		return 0, fmt.Errorf("deadletter: topic %q: %w", msg.Topic, err)
+	}
+	n := int32(len(parts))
+	if src != nil && *src >= 0 && *src < n {
+		return *src, nil
+	}
+	return sarama.NewMurmur2Partitioner(msg.Topic).Partition(msg, n)
+}
+
+// inboxAction returns what the request's inbox entry lets a re-drive do: with dry false it
+// re-drives the entry (inbox.Inbox.Redrive), with dry true it only reads it (nil Inbox: it
+// assumes the entry is dead). entry is the entry afterwards, nil when there is none.
+func inboxAction(ctx context.Context, opts Options, value []byte) (Action, *inbox.Entry, error) {
+	req, err := opts.Decoder.Decode(value)
+	if err != nil {
+		return Redriven, nil, nil // never reached the inbox
+	}
+	key := turn.InboxKey(opts.App, req)
+	var e inbox.Entry
+	switch {
+	case opts.DryRun && opts.Inbox == nil:
+		return Redriven, nil, nil
+	case opts.DryRun:
+		if e, err = opts.Inbox.Get(ctx, key); err == nil && e.Status != inbox.StatusDead {
+			err = inbox.ErrNotDead
+		}
+	default:
+		e, err = opts.Inbox.Redrive(ctx, key, opts.Note)
+	}
+	switch {
+	case err == nil:
+		return Redriven, &e, nil
+	case errors.Is(err, inbox.ErrNotFound):
+		// Dead-lettered before the inbox saw it (or purged since): nothing blocks it.
+		return Redriven, nil, nil
+	case errors.Is(err, inbox.ErrNotDead) && e.Status == inbox.StatusDone:
+		return SkippedDone, &e, nil
+	case errors.Is(err, inbox.ErrNotDead) && e.Attempts == 0 && len(e.Redrives) > 0:
+		return Republished, &e, nil
+	case errors.Is(err, inbox.ErrNotDead):
+		return SkippedRunning, &e, nil
+	}
+	return "", nil, fmt.Errorf("deadletter: inbox re-drive of request %s: %w", req.ID, err)
+}
+
+func redriveOne(ctx context.Context, opts Options, producer sarama.SyncProducer, l Letter) Outcome {
+	o := Outcome{Letter: l, DryRun: opts.DryRun, Offset: -1}
+	pl, err := planOf(ctx, opts, l)
+	if err != nil {
+		o.Err = err
+		return o
+	}
+	o.Topic, o.Partition = pl.msg.Topic, int32(pl.msg.Metadata.(sourcePartition))
+	value, _ := pl.msg.Value.Encode()
+	o.Action, o.Entry, o.Err = inboxAction(ctx, opts, value)
+	if o.Err != nil || o.Action == SkippedDone || o.Action == SkippedRunning || opts.DryRun {
+		return o
+	}
+	p, off, err := producer.SendMessage(pl.msg)
+	if err != nil {
+		o.Err = fmt.Errorf("deadletter: publish to %s: %w (the inbox entry is re-driven; run the re-drive again)", pl.msg.Topic, err)
 		return o
 	}
 	o.Partition, o.Offset = p, off
 	return o
 }
 
-// sourcePartition in ProducerMessage.Metadata asks for the request's own partition.
+// sourcePartition in ProducerMessage.Metadata is the partition place chose.
 type sourcePartition int32
 
-// partitioner puts a request back on its source partition, or, when the topic has fewer
-// partitions now, where a Java producer would put its key (murmur2).
+// partitioner puts a request on the partition place chose, or, for a message without one,
+// where a Java producer would put its key (murmur2).
 type partitioner struct{ murmur2 sarama.Partitioner }
 
 func (p partitioner) Partition(msg *sarama.ProducerMessage, n int32) (int32, error) {

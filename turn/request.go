@@ -1,6 +1,7 @@
 package turn
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -111,18 +112,28 @@ type Result struct {
 
 // DecodeError says which field of an envelope is wrong and why.
 type DecodeError struct {
-	// Field is the JSON field name, or "" when the whole value is at fault.
+	// Field is the JSON field name, or "" when the whole value is at fault. When several
+	// required fields are missing it is the first of Missing.
 	Field string
-	// Problem says what is wrong, with the limit when one applies.
+	// Problem says what is wrong, in words, with the limit when one applies: "missing",
+	// "missing fields schema, user_id, text", "not JSON", "wrong JSON type: the string "1",
+	// want an integer that fits 64 bits".
 	Problem string
+	// Missing lists the required fields absent (or empty) from the envelope, in the
+	// envelope's order, when that is the problem; nil otherwise.
+	Missing []string
 	// Err is the underlying error, if any.
 	Err error
 }
 
-// Error formats "turn: bad request: FIELD: PROBLEM[: cause]".
+// Error formats "turn: bad request: FIELD: PROBLEM[: cause]", without "FIELD: " when the whole
+// value is at fault or several fields are missing (Problem names them):
+//
+//	turn: bad request: not JSON: invalid character 'n' looking for beginning of object key string, at byte 2 of 9
+//	turn: bad request: missing fields request_id, user_id, text
 func (e *DecodeError) Error() string {
 	msg := "turn: bad request"
-	if e.Field != "" {
+	if e.Field != "" && len(e.Missing) <= 1 {
 		msg += ": " + e.Field
 	}
 	msg += ": " + e.Problem
@@ -132,7 +143,8 @@ func (e *DecodeError) Error() string {
 	return msg
 }
 
-// Unwrap returns the underlying error, if any (a *json.SyntaxError, a uuid parse error).
+// Unwrap returns the underlying error, if any: the *json.SyntaxError (encoding/json) of a value
+// that is not JSON, jsontext.ErrDuplicateName, a uuid parse error, a time parse error.
 func (e *DecodeError) Unwrap() error { return e.Err }
 
 // Decoder decodes and validates request envelopes. The zero value uses the defaults.
@@ -168,7 +180,10 @@ func (d Decoder) Decode(data []byte) (Request, error) {
 	}
 	var w wireRequest
 	if err := jsonv2.Unmarshal(data, &w); err != nil {
-		return Request{}, decodeError(err)
+		return Request{}, decodeError(data, err)
+	}
+	if string(bytes.TrimSpace(data)) == "null" { // jsonv2 leaves the struct as it was
+		return Request{}, &DecodeError{Problem: "value is null, not a JSON object"}
 	}
 	for name := range w.Unknown {
 		if known, ok := caseVariant(name); ok {
@@ -206,9 +221,9 @@ func caseVariant(name string) (string, bool) {
 	return "", false
 }
 
-// decodeError turns an error of jsonv2.Unmarshal into a *DecodeError naming the field, taken
-// from the error's JSON pointer (RFC 6901): its first token is the envelope's field.
-func decodeError(err error) *DecodeError {
+// decodeError turns an error of jsonv2.Unmarshal of data into a *DecodeError naming the field,
+// taken from the error's JSON pointer (RFC 6901): its first token is the envelope's field.
+func decodeError(data []byte, err error) *DecodeError {
 	var (
 		semErr *jsonv2.SemanticError
 		synErr *jsontext.SyntacticError
@@ -232,28 +247,115 @@ func decodeError(err error) *DecodeError {
 	case errors.Is(err, jsontext.ErrDuplicateName):
 		return &DecodeError{Field: field, Problem: fmt.Sprintf("duplicate name %.80q", ptr.LastToken()), Err: err}
 	case synErr != nil:
-		return &DecodeError{Problem: "malformed JSON", Err: err}
+		return notJSON(data, err)
 	case semErr != nil && field == "":
-		return &DecodeError{Problem: "value is not a JSON object", Err: err}
+		return &DecodeError{Problem: fmt.Sprintf("value is %s, not a JSON object", jsonKind(semErr.JSONKind, nil))}
 	case semErr != nil && semErr.GoType == reflect.TypeFor[time.Time]():
 		return &DecodeError{Field: field, Problem: "not an RFC 3339 time", Err: err}
 	case semErr != nil && semErr.GoType != nil:
-		return &DecodeError{Field: field, Problem: "wrong JSON type, want " + semErr.GoType.String(), Err: err}
+		at := ""
+		if p := string(ptr); p != "/"+field {
+			at = fmt.Sprintf(" at %.80s", p)
+		}
+		return &DecodeError{Field: field, Problem: fmt.Sprintf("wrong JSON type%s: %s, want %s",
+			at, jsonKind(semErr.JSONKind, semErr.JSONValue), jsonWant(semErr.GoType))}
 	}
-	return &DecodeError{Field: field, Problem: "malformed JSON", Err: err}
+	return notJSON(data, err)
+}
+
+// notJSON is the *DecodeError of a value that is not JSON text (RFC 8259), in the words of
+// encoding/json's scanner ("invalid character 'n' looking for beginning of object key string")
+// and the 1-based position of the byte at fault. encoding/json/v2's own words describe what it
+// was parsing when it stopped ("invalid character 'o' in literal null" for {not json), which
+// reads as nonsense to the person who wrote the record; its error is kept only where the old
+// scanner accepts the text (a lone surrogate escape, which encoding/json replaces).
+func notJSON(data []byte, v2err error) *DecodeError {
+	if bytes.HasPrefix(data, []byte("\xef\xbb\xbf")) {
+		return &DecodeError{Problem: "not JSON: the value starts with a byte order mark (U+FEFF), which JSON text must not (RFC 8259 section 8.1)"}
+	}
+	var raw json.RawMessage
+	var synErr *json.SyntaxError
+	if errors.As(json.Unmarshal(data, &raw), &synErr) {
+		if synErr.Offset >= int64(len(data)) {
+			return &DecodeError{Problem: "not JSON", Err: fmt.Errorf("%w, after %d bytes", synErr, len(data))}
+		}
+		return &DecodeError{Problem: "not JSON", Err: fmt.Errorf("%w, at byte %d of %d", synErr, synErr.Offset, len(data))}
+	}
+	return &DecodeError{Problem: "not JSON", Err: v2err}
+}
+
+// jsonKind names a JSON value of kind k in words, with value when it is a short number or
+// string ("the number 1.5", "a string").
+func jsonKind(k jsontext.Kind, value jsontext.Value) string {
+	switch k {
+	case 'n':
+		return "null"
+	case 't', 'f':
+		return "a boolean"
+	case '"':
+		if len(value) > 0 && len(value) <= 40 {
+			return "the string " + string(value)
+		}
+		return "a string"
+	case '0':
+		if len(value) > 0 && len(value) <= 40 {
+			return "the number " + string(value)
+		}
+		return "a number"
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	}
+	return "a JSON value of another kind"
+}
+
+// jsonWant says in JSON's words what a field of Go type t holds.
+func jsonWant(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return fmt.Sprintf("an integer that fits %d bits", t.Bits())
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Map:
+		return "an object of " + strings.TrimPrefix(strings.TrimPrefix(jsonWant(t.Elem()), "a "), "an ") + "s"
+	case reflect.Struct:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	}
+	return t.String()
 }
 
 // Validate checks a Request built in code against the rules Decode applies, returning a
-// *DecodeError for the first broken one.
+// *DecodeError for the first broken one; when required fields are missing it names every one
+// of them (DecodeError.Missing), so that a producer learns of them all at once.
 func (d Decoder) Validate(req Request) error {
-	switch {
-	case req.Schema == 0:
-		return &DecodeError{Field: "schema", Problem: "missing"}
-	case req.Schema != SchemaVersion:
-		return &DecodeError{Field: "schema", Problem: fmt.Sprintf("unknown version %d, this reader knows %d", req.Schema, SchemaVersion)}
+	var missing []string
+	for _, f := range []struct {
+		name    string
+		missing bool
+	}{
+		{"schema", req.Schema == 0}, {"request_id", req.ID == ""}, {"conversation_id", req.ConversationID == ""},
+		{"user_id", req.UserID == ""}, {"text", req.Text == ""},
+	} {
+		if f.missing {
+			missing = append(missing, f.name)
+		}
 	}
-	if req.ID == "" {
-		return &DecodeError{Field: "request_id", Problem: "missing"}
+	switch {
+	case len(missing) == 1:
+		return &DecodeError{Field: missing[0], Problem: "missing", Missing: missing}
+	case len(missing) > 1:
+		return &DecodeError{Field: missing[0], Problem: "missing fields " + strings.Join(missing, ", "), Missing: missing}
+	}
+	if req.Schema != SchemaVersion {
+		return &DecodeError{Field: "schema", Problem: fmt.Sprintf("unknown version %d, this reader knows %d", req.Schema, SchemaVersion)}
 	}
 	id, err := uuid.Parse(req.ID)
 	if err != nil {

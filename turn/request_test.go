@@ -61,13 +61,15 @@ func TestDecodeRejects(t *testing.T) {
 		problem string
 	}{
 		{"empty value", []byte{}, "", "empty value"},
-		{"malformed JSON", []byte(`{"schema":1,`), "", "malformed JSON"},
-		{"trailing garbage", append(envelope(t, nil), []byte(`{}`)...), "", "malformed JSON"},
-		{"not an object", []byte(`["a"]`), "", "not a JSON object"},
+		{"truncated JSON", []byte(`{"schema":1,`), "", "not JSON: unexpected end of JSON input, after 12 bytes"},
+		{"trailing garbage", append(envelope(t, nil), []byte(`{}`)...), "", "not JSON: invalid character '{' after top-level value"},
+		{"not an object", []byte(`["a"]`), "", "value is an array, not a JSON object"},
+		{"null", []byte(`null`), "", "value is null, not a JSON object"},
+		{"byte order mark", []byte("\xef\xbb\xbf{}"), "", "not JSON: the value starts with a byte order mark"},
 		{"invalid UTF-8", []byte("{\"text\":\"\xff\"}"), "", "not valid UTF-8"},
 		{"missing schema", envelope(t, del("schema")), "schema", "missing"},
 		{"unknown schema version", envelope(t, set("schema", 2)), "schema", "unknown version 2"},
-		{"schema as string", envelope(t, set("schema", "1")), "schema", "wrong JSON type"},
+		{"schema as string", envelope(t, set("schema", "1")), "schema", "wrong JSON type: a string, want an integer that fits 64 bits"},
 		{"missing request id", envelope(t, del("request_id")), "request_id", "missing"},
 		{"non-UUID request id", envelope(t, set("request_id", "req-1")), "request_id", "not a UUID"},
 		{"nil UUID request id", envelope(t, set("request_id", "00000000-0000-0000-0000-000000000000")), "request_id", "nil UUID"},
@@ -77,13 +79,13 @@ func TestDecodeRejects(t *testing.T) {
 		{"conversation id padded", envelope(t, set("conversation_id", " c-1")), "conversation_id", "leading or trailing space"},
 		{"missing user id", envelope(t, del("user_id")), "user_id", "missing"},
 		{"negative sequence", envelope(t, set("sequence", -1)), "sequence", "negative"},
-		{"fractional sequence", envelope(t, set("sequence", 1.5)), "sequence", "wrong JSON type"},
+		{"fractional sequence", envelope(t, set("sequence", 1.5)), "sequence", "wrong JSON type: the number 1.5, want an integer that fits 64 bits"},
 		{"empty text", envelope(t, set("text", "  ")), "text", "empty"},
 		{"NUL in text", envelope(t, set("text", "a\x00b")), "text", "contains NUL"},
 		{"text over the limit", envelope(t, set("text", strings.Repeat("x", turn.DefaultMaxTextBytes+1))), "text", "over the limit of 1048576"},
 		{"bad created_at", envelope(t, set("created_at", "yesterday")), "created_at", "not an RFC 3339 time"},
 		{"metadata empty key", envelope(t, set("metadata", map[string]string{"": "v"})), "metadata", "non-empty"},
-		{"metadata not strings", envelope(t, set("metadata", map[string]int{"a": 1})), "metadata", "wrong JSON type, want string"},
+		{"metadata not strings", envelope(t, set("metadata", map[string]int{"a": 1})), "metadata", "wrong JSON type at /metadata/a: a number, want a string"},
 		{"huge value", append([]byte(`{"pad":"`+strings.Repeat("p", 2<<20)), []byte(`"}`)...), "", "over the limit"},
 	}
 	require.GreaterOrEqual(t, len(cases), 15)
@@ -99,6 +101,41 @@ func TestDecodeRejects(t *testing.T) {
 			require.Equal(t, turn.KindPermanent, turn.Classify(err))
 		})
 	}
+}
+
+// TestDecodeErrorsInWords checks that a record that is not JSON, or lacks fields, is described
+// as its producer would put it (issue 23): "not JSON" with encoding/json's words and the byte
+// at fault, not jsontext's "invalid character 'o' in literal null"; and every missing field,
+// not the first only. The *DecodeError, its Unwrap and its Kind stay as they were.
+func TestDecodeErrorsInWords(t *testing.T) {
+	t.Parallel()
+	_, err := turn.Decode([]byte("{not json"))
+	require.EqualError(t, err, "turn: bad request: not JSON: invalid character 'n' looking for beginning of object key string, at byte 2 of 9")
+	var de *turn.DecodeError
+	require.ErrorAs(t, err, &de)
+	require.Equal(t, "", de.Field)
+	var syn *json.SyntaxError
+	require.ErrorAs(t, err, &syn, "the cause is encoding/json's syntax error")
+	require.Equal(t, int64(2), syn.Offset)
+	require.Equal(t, turn.KindPermanent, turn.Classify(err))
+
+	_, err = turn.Decode([]byte(`{"schema":1,"conversation_id":"c-1"}`))
+	require.EqualError(t, err, "turn: bad request: missing fields request_id, user_id, text")
+	require.ErrorAs(t, err, &de)
+	require.Equal(t, []string{"request_id", "user_id", "text"}, de.Missing)
+	require.Equal(t, "request_id", de.Field, "Field is the first missing one")
+	require.Equal(t, turn.KindPermanent, turn.Classify(err))
+
+	_, err = turn.Decode([]byte(`{}`))
+	require.EqualError(t, err, "turn: bad request: missing fields schema, request_id, conversation_id, user_id, text")
+
+	_, err = turn.Decode(envelope(t, func(m map[string]any) { delete(m, "user_id") }))
+	require.EqualError(t, err, "turn: bad request: user_id: missing", "one missing field reads as before")
+	require.ErrorAs(t, err, &de)
+	require.Equal(t, []string{"user_id"}, de.Missing)
+
+	err = turn.Decoder{}.Validate(turn.Request{Schema: 1, ID: validID, ConversationID: "c-1"})
+	require.EqualError(t, err, "turn: bad request: missing fields user_id, text", "Validate names them all too")
 }
 
 func TestDecoderMaxText(t *testing.T) {

@@ -60,6 +60,15 @@ type Runner struct {
 	NowFunc func() time.Time
 	// Decoder validates requests given to Run; its zero value applies the default limits.
 	Decoder Decoder
+	// InlineModel calls Model on the turn's own goroutine rather than on one of its own. Set
+	// it for a model that returns promptly once its context ends (an HTTP client whose
+	// requests carry the context does, as turn/chatcompletion's does): it saves a goroutine,
+	// and its stack, per turn in flight (4,096 at 4,096 turns in flight). Left false, the
+	// default, a model that ignores cancellation is cut at the whole-turn deadline (its call
+	// goes on in the background and its output is dropped, G5); with InlineModel such a model
+	// holds its turn, and its conversation, until it returns. Either way an answer that comes
+	// after the turn's context ended is dropped, and a panic in the model fails the attempt.
+	InlineModel bool
 }
 
 // Validate reports a missing required field by name.
@@ -380,6 +389,9 @@ func (r *Runner) appendAndComplete(ctx context.Context, req Request, ikey string
 // (G5). Such a model's call goes on in the background and its output is dropped. A panic in
 // the model is recovered and fails the attempt.
 func (r *Runner) respond(ctx context.Context, in Input) (Output, error) {
+	if r.InlineModel {
+		return r.respondInline(ctx, in)
+	}
 	type reply struct {
 		out Output
 		err error
@@ -401,6 +413,22 @@ func (r *Runner) respond(ctx context.Context, in Input) (Output, error) {
 	case <-ctx.Done():
 		return Output{}, fmt.Errorf("no answer before the context ended: %w", context.Cause(ctx))
 	}
+}
+
+// respondInline is respond on the caller's goroutine (Runner.InlineModel): the same errors,
+// with the model trusted to return once ctx ends.
+func (r *Runner) respondInline(ctx context.Context, in Input) (out Output, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.logger().Error("model panicked", "request_id", in.Request.ID, "panic", p, "stack", string(debug.Stack()))
+			out, err = Output{}, Recovered("model", p)
+		}
+	}()
+	out, err = r.Model.Respond(ctx, in)
+	if ctx.Err() != nil {
+		return Output{}, fmt.Errorf("no answer before the context ended: %w", context.Cause(ctx))
+	}
+	return out, err
 }
 
 // getOrCreate loads the session, creating it on first use; the loser of a create race reads.

@@ -1,8 +1,10 @@
 package turntest
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"regexp"
@@ -156,13 +158,23 @@ func Start(opts Options) (*Cluster, error) {
 	return c, nil
 }
 
-// NewCluster returns a cluster for t, closed by t.Cleanup. With
-// TURNSTILE_KAFKA_BROKERS set it connects to that cluster (skipping the
-// test, or failing it under CI=true, when the brokers cannot be reached);
-// otherwise it starts kfake on 127.0.0.1 with opts.Brokers brokers and a
-// group minimum session timeout low enough for fast group tests.
-func NewCluster(t testing.TB, opts Options) *Cluster {
-	t.Helper()
+// ErrUnreachable is wrapped by the error of [NewClusterContext] when the brokers that
+// TURNSTILE_KAFKA_BROKERS names cannot be reached; [NewCluster] skips the test on it (fails it
+// under CI=true).
+var ErrUnreachable = errors.New("unreachable brokers")
+
+// NewClusterContext returns a cluster for a program, as [NewCluster] does for a test: with
+// TURNSTILE_KAFKA_BROKERS set it connects to that cluster, otherwise it starts kfake on
+// 127.0.0.1 with opts.Brokers brokers and a group minimum session timeout low enough for fast
+// group tests. Close it when done: on a real cluster that deletes the topics its
+// [Cluster.CreateTopicContext] created. ctx is checked before it starts; connecting is bounded
+// by the config's dial timeout (10 s). Errors: ctx's, a bad TURNSTILE_KAFKA_VERSION or
+// TURNSTILE_KAFKA_BROKERS, Options out of range, kfake failing to listen, and brokers that
+// cannot be reached (wrapping [ErrUnreachable]).
+func NewClusterContext(ctx context.Context, opts Options) (*Cluster, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("turntest: cluster: %w", err)
+	}
 	debug := os.Getenv(EnvDebug) != ""
 	if debug {
 		debugOnce.Do(func() {
@@ -173,7 +185,7 @@ func NewCluster(t testing.TB, opts Options) *Cluster {
 	if v := os.Getenv(EnvVersion); v != "" {
 		parsed, err := sarama.ParseKafkaVersion(v)
 		if err != nil {
-			t.Fatalf("turntest: %s=%q: %v", EnvVersion, v, err)
+			return nil, fmt.Errorf("turntest: %s=%q: %w", EnvVersion, v, err)
 		}
 		c.version = parsed
 	}
@@ -185,27 +197,49 @@ func NewCluster(t testing.TB, opts Options) *Cluster {
 			}
 		}
 		if len(c.brokers) == 0 {
-			t.Fatalf("turntest: %s=%q names no broker", EnvBrokers, env)
+			return nil, fmt.Errorf("turntest: %s=%q names no broker", EnvBrokers, env)
 		}
 		if c.sessionTimeout <= 0 {
 			c.sessionTimeout = 10 * time.Second
 		}
 	} else if err := c.startFake(opts, debug); err != nil {
-		t.Fatalf("%v", err)
+		return nil, err
 	}
 
 	admin, err := sarama.NewClusterAdmin(c.brokers, c.Config())
 	if err != nil {
 		if c.fake != nil {
 			c.fake.Close()
-			t.Fatalf("turntest: connect to kfake at %v: %v", c.brokers, err)
+			return nil, fmt.Errorf("turntest: connect to kfake at %v: %w", c.brokers, err)
 		}
-		missing(t, "turntest: cannot reach %s=%s: %v", EnvBrokers, strings.Join(c.brokers, ","), err)
-		return nil // unreachable: missing ends the test
+		return nil, fmt.Errorf("turntest: cannot reach %s=%s (%w): %w", EnvBrokers, strings.Join(c.brokers, ","), ErrUnreachable, err)
 	}
 	c.admin = admin
+	return c, nil
+}
+
+// NewCluster returns a cluster for t, closed by t.Cleanup: [NewClusterContext], failing the
+// test on an error, and skipping it (failing it under CI=true) when the brokers that
+// TURNSTILE_KAFKA_BROKERS names cannot be reached.
+func NewCluster(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	c, err := NewClusterContext(context.Background(), opts)
+	if errors.Is(err, ErrUnreachable) {
+		missing(t, "%v", err)
+		return nil // unreachable: missing ends the test
+	}
+	fatalIf(t, err)
 	t.Cleanup(func() { c.close(t.Logf) })
 	return c
+}
+
+// fatalIf fails t with err, if it is not nil: the testing.TB forms of the helpers are their
+// context forms and this.
+func fatalIf(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
 }
 
 // clusterAdmin returns the cluster's admin client, made on first use.
@@ -295,71 +329,53 @@ func (c *Cluster) Unique(prefix string) string {
 	return prefix + "-" + hex.EncodeToString(b[:])
 }
 
-// CreateTopic creates a topic named [Cluster.Unique](name) with the given
-// number of partitions (1 to 10000) and returns its name; tests must use
-// the returned name. It waits until every partition has a leader in the
-// metadata, and fails the test on a bad name, a bad partition count or a
-// broker error. On a real cluster the topic is deleted when the test ends
-// (errors are logged, not failed).
+// CreateTopic is [Cluster.CreateTopicContext] for a test, waiting at most 30 s for the
+// topic's metadata and failing the test on an error. On a real cluster the topic is deleted
+// when the test ends (errors are logged, not failed).
 func (c *Cluster) CreateTopic(t testing.TB, name string, partitions int32) string {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	topic, err := c.CreateTopicContext(ctx, name, partitions)
+	fatalIf(t, err)
+	return topic
+}
+
+// CreateTopicContext creates a topic named [Cluster.Unique](name) with the given number of
+// partitions (1 to 10000) and returns its name; callers must use the returned name. It waits,
+// until ctx ends, for every partition to have a leader in the metadata. On a real cluster the
+// topic is deleted when the cluster is closed. Errors: a name that is not 1 to 200 of
+// [a-zA-Z0-9._-], a partition count out of range, a broker error, ctx ending first.
+func (c *Cluster) CreateTopicContext(ctx context.Context, name string, partitions int32) (string, error) {
 	if name == "" || len(name) > 200 || !validName.MatchString(name) {
-		t.Fatalf("turntest: CreateTopic(%q): a name is 1 to 200 of [a-zA-Z0-9._-]", name)
+		return "", fmt.Errorf("turntest: CreateTopic(%q): a name is 1 to 200 of [a-zA-Z0-9._-]", name)
 	}
 	if partitions < 1 || partitions > 10000 {
-		t.Fatalf("turntest: CreateTopic(%q, %d): partitions must be 1 to 10000", name, partitions)
+		return "", fmt.Errorf("turntest: CreateTopic(%q, %d): partitions must be 1 to 10000", name, partitions)
 	}
 	topic := c.Unique(name)
 	detail := &sarama.TopicDetail{NumPartitions: partitions, ReplicationFactor: -1}
 	admin, err := c.clusterAdmin()
 	if err != nil {
-		t.Fatalf("turntest: admin client: %v", err)
+		return "", fmt.Errorf("turntest: admin client: %w", err)
 	}
 	if err := admin.CreateTopic(topic, detail, false); err != nil {
-		t.Fatalf("turntest: create topic %q with %d partitions: %v", topic, partitions, err)
+		return "", fmt.Errorf("turntest: create topic %q with %d partitions: %w", topic, partitions, err)
 	}
 	if c.fake == nil {
 		c.mu.Lock()
 		c.created = append(c.created, topic)
 		c.mu.Unlock()
 	}
-
-	// A real cluster publishes a new topic's metadata a little later.
 	client, err := sarama.NewClient(c.brokers, c.Config())
 	if err != nil {
-		t.Fatalf("turntest: client for %q: %v", topic, err)
+		return "", fmt.Errorf("turntest: client for %q: %w", topic, err)
 	}
 	defer client.Close()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err = topicReady(client, topic, partitions)
-		if err == nil {
-			return topic
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("turntest: topic %q not ready after 30s: %v", topic, err)
-		}
-		time.Sleep(50 * time.Millisecond) // poll interval, not an assertion
+	if err := waitReady(ctx, client, topic, partitions); err != nil {
+		return "", err
 	}
-}
-
-func topicReady(client sarama.Client, topic string, partitions int32) error {
-	if err := client.RefreshMetadata(topic); err != nil {
-		return err
-	}
-	ps, err := client.Partitions(topic)
-	if err != nil {
-		return err
-	}
-	if int32(len(ps)) != partitions {
-		return fmt.Errorf("%d of %d partitions in metadata", len(ps), partitions)
-	}
-	for _, p := range ps {
-		if _, err := client.Leader(topic, p); err != nil {
-			return fmt.Errorf("partition %d: %w", p, err)
-		}
-	}
-	return nil
+	return topic, nil
 }
 
 // Config returns a new sarama configuration for a test client of c: the
@@ -407,18 +423,23 @@ func (c *Cluster) Config() *sarama.Config {
 	return cfg
 }
 
-// ProducerConfig returns [Cluster.Config] set up as the project's producers
-// are: idempotent (Idempotent, RequiredAcks = WaitForAll,
-// Net.MaxOpenRequests = 1) and placing keyed records where a Java producer
-// would (sarama.NewMurmur2Partitioner).
-func (c *Cluster) ProducerConfig() *sarama.Config {
-	cfg := c.Config()
-	cfg.Producer.Idempotent = true
-	cfg.Producer.RequiredAcks = sarama.WaitForAll
-	cfg.Net.MaxOpenRequests = 1
-	cfg.Producer.Retry.Max = 10
-	cfg.Producer.Partitioner = sarama.NewMurmur2Partitioner
-	return cfg
+// ProducerConfig returns [Cluster.Config] set up as the project's producers are
+// ([IdempotentProducer]).
+func (c *Cluster) ProducerConfig() *sarama.Config { return IdempotentProducer(c.Config()) }
+
+// IdempotentProducer sets on sc what the project's producers of request records need and
+// returns sc: idempotent (Idempotent, RequiredAcks = WaitForAll, Net.MaxOpenRequests = 1, so
+// the records of a key keep their order through retries), 10 retries, successes returned (for
+// a SyncProducer), and keyed records placed where a Java producer would
+// (sarama.NewMurmur2Partitioner). A program without a [Cluster] uses it on its own config.
+func IdempotentProducer(sc *sarama.Config) *sarama.Config {
+	sc.Producer.Idempotent = true
+	sc.Producer.RequiredAcks = sarama.WaitForAll
+	sc.Net.MaxOpenRequests = 1
+	sc.Producer.Retry.Max = 10
+	sc.Producer.Return.Successes = true
+	sc.Producer.Partitioner = sarama.NewMurmur2Partitioner
+	return sc
 }
 
 // TransactionalConfig returns [Cluster.ProducerConfig] with

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -20,62 +21,123 @@ import (
 // API that dedups on an idempotency key: the host's model performs each side effect through
 // Do, with the key it would send to the real service (turn.ToolKey or turn.Input.ToolKey) and
 // a description of the effect ("refund A-1 700"). It is safe for concurrent use.
+//
+// An effect is identified by its key: calls with one key are one effect, performed once. The
+// description only pairs the effects of different runs of one request's turn: [Crashes] runs
+// a request's turn again after a crash, and an effect that the re-run performs under a new key
+// with the description of one an earlier run performed is that effect done twice (the key was
+// derived from something that changes between runs). Within one run every key is an effect
+// of its own, so two refunds of the same amount by one user in one turn are two refunds, and
+// so are equal-looking refunds of two requests. Outside [Crashes], which tells Effects when a
+// run starts, all calls belong to one run, and [Effects.Duplicates] finds nothing: count with
+// [Effects.Performed] there.
 type Effects struct {
-	mu    sync.Mutex
-	keys  map[string]string   // idempotency key -> effect
-	done  map[string][]string // effect -> the keys it was performed under
-	order []string            // effects, first performance first
+	mu       sync.Mutex
+	keys     map[string]int             // idempotency key -> the run that performed it
+	effect   map[string]string          // idempotency key -> its description
+	attempts map[runEffect][]string     // keys Do was called with, per run and description
+	runs     map[string][]int           // request id -> its runs, in order
+	request  map[int]string             // run -> its request id
+	run      int                        // the current run; 0 outside the harness
+	order    []string                   // keys, first performance first
+	byEffect map[string]map[string]bool // description -> keys performed with it
+}
+
+// runEffect is a description within one run.
+type runEffect struct {
+	run    int
+	effect string
 }
 
 // NewEffects returns an empty Effects.
 func NewEffects() *Effects {
-	return &Effects{keys: make(map[string]string), done: make(map[string][]string)}
+	return &Effects{keys: map[string]int{}, effect: map[string]string{}, attempts: map[runEffect][]string{},
+		runs: map[string][]int{"": {0}}, request: map[int]string{0: ""}, byEffect: map[string]map[string]bool{}}
+}
+
+// startRun starts a new run of requestID's turn: the Do calls from now on are its.
+func (e *Effects) startRun(requestID string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.run = len(e.request)
+	e.request[e.run] = requestID
+	e.runs[requestID] = append(e.runs[requestID], e.run)
 }
 
 // Do performs effect under the idempotency key key, as a service that dedups on it does: the
 // first call with a key performs it and returns true; a later call with the same key performs
-// nothing and returns false. The same effect under two keys is performed twice: that is what
-// the crash harness catches.
+// nothing and returns false. The same effect under two keys is performed twice: when the two
+// come from two runs of one request's turn, that is what the crash harness catches.
 func (e *Effects) Do(key, effect string) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	re := runEffect{e.run, effect}
+	if !slices.Contains(e.attempts[re], key) {
+		e.attempts[re] = append(e.attempts[re], key)
+	}
 	if _, seen := e.keys[key]; seen {
 		return false
 	}
-	e.keys[key] = effect
-	if len(e.done[effect]) == 0 {
-		e.order = append(e.order, effect)
+	e.keys[key], e.effect[key] = e.run, effect
+	e.order = append(e.order, key)
+	if e.byEffect[effect] == nil {
+		e.byEffect[effect] = map[string]bool{}
 	}
-	e.done[effect] = append(e.done[effect], key)
+	e.byEffect[effect][key] = true
 	return true
 }
 
-// Performed returns how many times effect was performed (under distinct keys).
+// Performed returns how many times effect was performed: the number of distinct keys Do
+// performed it under, in every run.
 func (e *Effects) Performed(effect string) int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return len(e.done[effect])
+	return len(e.byEffect[effect])
 }
 
-// Duplicates returns the effects performed more than once, each with the keys it was
-// performed under, in the order they were first performed.
+// Duplicates returns the effects performed more often than intended, in the order they were
+// first performed: for each request and description, the keys performed by the runs of that
+// request's turn, when they outnumber the keys the busiest single run asked for (what one run
+// intends). Outside [Crashes] it returns nil (see [Effects]).
 func (e *Effects) Duplicates() []Duplicate {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	type group struct {
+		request, effect string
+	}
+	performed := map[group][]string{}
+	var groups []group
+	for _, key := range e.order {
+		g := group{e.request[e.keys[key]], e.effect[key]}
+		if performed[g] == nil {
+			groups = append(groups, g)
+		}
+		performed[g] = append(performed[g], key)
+	}
 	var out []Duplicate
-	for _, eff := range e.order {
-		if keys := e.done[eff]; len(keys) > 1 {
-			out = append(out, Duplicate{Effect: eff, Keys: append([]string(nil), keys...)})
+	for _, g := range groups {
+		intended := 0
+		for _, run := range e.runs[g.request] {
+			intended = max(intended, len(e.attempts[runEffect{run, g.effect}]))
+		}
+		if keys := performed[g]; len(keys) > intended {
+			out = append(out, Duplicate{Effect: g.effect, RequestID: g.request, Intended: intended, Keys: keys})
 		}
 	}
 	return out
 }
 
-// Duplicate is a side effect that happened more than once.
+// Duplicate is a side effect that happened more often than intended.
 type Duplicate struct {
+	// Effect is the effect's description.
 	Effect string
-	// Keys are the idempotency keys it was performed under: distinct keys for one effect mean
-	// the key was derived from something that changes between runs of the turn.
+	// RequestID is the request whose turn performed it, "" outside [Crashes].
+	RequestID string
+	// Intended is how many times one run of the turn performs it: the number of distinct keys
+	// the run that asked most asked for.
+	Intended int
+	// Keys are the idempotency keys it was performed under, more than Intended: keys that
+	// differ between runs mean the key was derived from something that changes between runs.
 	Keys []string
 }
 
@@ -129,8 +191,8 @@ func (r CrashReport) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "crash %s:", r.Point)
 	for _, d := range r.Duplicates {
-		fmt.Fprintf(&b, "\n  side effect %q happened %d times, under keys %s: derive the call id given to turn.ToolKey from something stable across re-runs (the tool's name and ordinal in the turn, or a hash of its arguments), not the model's tool-call id",
-			d.Effect, len(d.Keys), strings.Join(d.Keys, ", "))
+		fmt.Fprintf(&b, "\n  side effect %q of request %s happened %d times (one run of the turn does it %d times), under keys %s: derive the call id given to turn.ToolKey from something stable across re-runs (the tool's name and ordinal in the turn, or a hash of its arguments), not the model's tool-call id",
+			d.Effect, d.RequestID, len(d.Keys), d.Intended, strings.Join(d.Keys, ", "))
 	}
 	for _, p := range r.Problems {
 		b.WriteString("\n  " + p)
@@ -237,6 +299,7 @@ func crashAt(ctx context.Context, cfg CrashConfig, reqs []turn.Request, point Cr
 	}
 	for _, req := range reqs {
 		first := &crashSwitch{point: point}
+		fx.startRun(req.ID)
 		res, err := runner(first).Run(ctx, req)
 		if point == AfterPublish && err == nil {
 			first.reached(AfterPublish) // the result was published; the commit never happened
@@ -245,6 +308,7 @@ func crashAt(ctx context.Context, cfg CrashConfig, reqs []turn.Request, point Cr
 			rep.Problems = append(rep.Problems, fmt.Sprintf("request %s: the turn never reached %q (first delivery: %v)", req.ID, point, err))
 		}
 		calls := rep.ModelCalls[req.ID]
+		fx.startRun(req.ID)
 		again, err := runner(&crashSwitch{}).Run(ctx, req)
 		switch {
 		case err != nil:

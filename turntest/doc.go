@@ -9,8 +9,16 @@
 // holds a comma separated list of host:port, a real cluster. Tests are written the same way
 // for both: they create their topics with [Cluster.CreateTopic] and name groups and
 // transactional ids with [Cluster.Unique], so that parallel tests and repeated runs never
-// share state on a real cluster. [Start] starts kfake for a program without a *testing.T (the
-// examples run on it), and [CreateTopics] creates topics on any cluster.
+// share state on a real cluster.
+//
+// # In a program
+//
+// Every helper that takes a testing.TB has a context form that returns an error instead
+// ([NewClusterContext], [Cluster.CreateTopicContext], [Cluster.ProduceContext],
+// [Cluster.ReadResultsContext], ...); the testing.TB form is a thin wrapper over it. A program
+// (a demo, a load script, a local dev loop: examples/devloop) uses those. [Start] starts kfake
+// whatever TURNSTILE_KAFKA_BROKERS says (the examples run on it), and [CreateTopics] creates
+// topics with the names given on any cluster.
 //
 // # Requests, results and dead letters
 //
@@ -38,9 +46,10 @@
 //
 // [CheckCrashes] runs the host's turn.ModelClient through a turn.Runner on memory stores,
 // crashes the turn at each point of the crash table (docs/DESIGN.md), redelivers it, and fails
-// the test when a side effect the model performed through [Effects] happened more than once:
-// the host's duty under G3 is to key every side effect with turn.ToolKey from something stable
-// across re-runs:
+// the test when a side effect the model performed through [Effects] happened more often than
+// one run of the turn performs it: the host's duty under G3 is to key every side effect with
+// turn.ToolKey from something stable across re-runs. An effect is identified by its key; two
+// effects of one run that look alike (two refunds of the same amount) are two effects:
 //
 //	turntest.CheckCrashes(t, turntest.CrashConfig{
 //		NewModel: func(fx *turntest.Effects) turn.ModelClient { return myModel{payments: fx} },

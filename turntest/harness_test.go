@@ -1,6 +1,7 @@
 package turntest_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -55,10 +56,77 @@ func TestReadAllTimeoutAndNoCommit(t *testing.T) {
 	ft := &fakeT{TB: t}
 	ft.run(func() { c.ReadAll(ft, topic, 2, 300*time.Millisecond) })
 	require.True(t, ft.failed)
-	require.Contains(t, ft.msg, "1 of at least 2 records within 300ms; per partition: p0=0 p1=1")
+	require.Contains(t, ft.msg, "1 of at least 2 records before the context ended (context deadline exceeded); per partition: p0=0 p1=1")
+	require.Contains(t, ft.msg, "(the timeout was 300ms)")
 
 	require.Len(t, c.ReadAll(t, topic, 0, time.Second), 0)
 	require.Equal(t, int64(-1), c.CommittedOffset(t, c.Unique("nobody"), topic, 0))
+}
+
+// The context forms return errors where the testing.TB forms fail the test: bad input, an
+// unknown topic, a context that ended; a program uses them.
+func TestContextFormsReturnErrors(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := turntest.NewClusterContext(ctx, turntest.Options{Brokers: 2})
+	require.NoError(t, err)
+	defer c.Close()
+	require.NotNil(t, c.Fake())
+
+	topic, err := c.CreateTopicContext(ctx, "ctx", 2)
+	require.NoError(t, err)
+	_, err = c.CreateTopicContext(ctx, "a/b", 1)
+	require.ErrorContains(t, err, "a name is 1 to 200")
+	_, err = c.CreateTopicContext(ctx, "t", 0)
+	require.ErrorContains(t, err, "partitions must be 1 to 10000")
+
+	req := turntest.NewRequest("c-1", "u-1", "hello")
+	p, o, err := c.ProduceRequestContext(ctx, topic, req)
+	require.NoError(t, err)
+	o2, err := c.ProduceToContext(ctx, topic, 1-p, "k", []byte("not a result"), nil)
+	require.NoError(t, err)
+	require.Equal(t, int64(0), o)
+	require.Equal(t, int64(0), o2)
+	_, err = c.ProduceToContext(ctx, topic, 7, "k", nil, nil)
+	require.ErrorContains(t, err, "partition 7 out of range")
+	n, err := c.RecordCountContext(ctx, topic)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), n)
+	msgs, err := c.ReadAllContext(ctx, topic, 2)
+	require.NoError(t, err)
+	require.Len(t, msgs, 2)
+	_, err = c.ReadResultsContext(ctx, topic, 2)
+	require.ErrorContains(t, err, "is not a result")
+	letters, err := c.ReadDeadLettersContext(ctx, topic, 2)
+	require.NoError(t, err)
+	require.Len(t, letters, 2)
+	_, err = c.ReadAllContext(ctx, "nope", 1)
+	require.ErrorContains(t, err, "partitions")
+	_, err = c.ReadAllContext(ctx, topic, -1)
+	require.ErrorContains(t, err, "wantAtLeast -1 must be >= 0")
+	off, err := c.CommittedOffsetContext(ctx, c.Unique("nobody"), topic, 0)
+	require.NoError(t, err)
+	require.Equal(t, int64(-1), off)
+
+	short, stop := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer stop()
+	_, err = c.ReadAllUncommittedContext(short, topic, 3)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorContains(t, err, "2 of at least 3 records")
+
+	done, end := context.WithCancel(ctx)
+	end()
+	_, _, err = c.ProduceContext(done, topic, "k", nil, nil)
+	require.ErrorIs(t, err, context.Canceled)
+	_, err = c.RecordCountContext(done, topic)
+	require.ErrorIs(t, err, context.Canceled)
+	_, err = c.CommittedOffsetContext(done, "g", topic, 0)
+	require.ErrorIs(t, err, context.Canceled)
+	_, err = turntest.NewClusterContext(done, turntest.Options{})
+	require.ErrorIs(t, err, context.Canceled)
+	_, err = turntest.NewClusterContext(ctx, turntest.Options{Brokers: 9})
+	require.ErrorContains(t, err, "1 to 5")
 }
 
 // With TURNSTILE_KAFKA_BROKERS set, Start uses those brokers (here a kfake
@@ -99,4 +167,6 @@ func TestUnreachableBrokers(t *testing.T) {
 		require.Equal(t, ci != "true", ft.skipped, "CI=%q", ci)
 		require.Contains(t, ft.msg, "cannot reach TURNSTILE_KAFKA_BROKERS=127.0.0.1:1")
 	}
+	_, err := turntest.NewClusterContext(context.Background(), turntest.Options{})
+	require.ErrorIs(t, err, turntest.ErrUnreachable)
 }

@@ -125,23 +125,13 @@ func TestCrashHarnessPassesStableKeys(t *testing.T) {
 // after a crash past the model call, the re-run refunds again under a new key.
 func TestCrashHarnessCatchesKeysFromChangingIDs(t *testing.T) {
 	t.Parallel()
-	reports, err := turntest.Crashes(context.Background(), turntest.CrashConfig{
-		NewModel: func(fx *turntest.Effects) turn.ModelClient { return refundAgent{fx: fx, key: byToolCallID} },
-	})
-	require.NoError(t, err)
-	for _, r := range reports {
-		require.Empty(t, r.Problems, r.String())
-		if r.Point != turntest.AfterModel {
-			require.Empty(t, r.Duplicates, "%s: the model ran once per request", r.Point)
-			continue
-		}
-		require.Len(t, r.Duplicates, 3, "each of the three requests refunded twice")
-		for _, d := range r.Duplicates {
+	requireCaughtAfterModel(t, func(fx *turntest.Effects) turn.ModelClient { return refundAgent{fx: fx, key: byToolCallID} },
+		func(r turntest.CrashReport, d turntest.Duplicate) {
+			require.Equal(t, 1, d.Intended)
 			require.Len(t, d.Keys, 2)
 			require.NotEqual(t, d.Keys[0], d.Keys[1])
-		}
-		require.Contains(t, r.String(), "not the model's tool-call id")
-	}
+			require.Contains(t, r.String(), "not the model's tool-call id")
+		})
 
 	// CheckCrashes fails the host's test with that report.
 	ft := &fakeT{TB: t}
@@ -153,4 +143,79 @@ func TestCrashHarnessCatchesKeysFromChangingIDs(t *testing.T) {
 	require.True(t, ft.failed)
 	require.Contains(t, ft.msg, "crash after the model call")
 	require.Contains(t, ft.msg, "happened 2 times")
+}
+
+// twinRefunder refunds 700 cents to the user twice in every turn, under the keys key gives the
+// ordinals 1 and 2: two intended refunds that look alike (the same description), as when a
+// user asks for two refunds of the same amount.
+type twinRefunder struct {
+	fx  *turntest.Effects
+	key func(in turn.Input, ordinal int) string
+}
+
+func (m twinRefunder) Respond(_ context.Context, in turn.Input) (turn.Output, error) {
+	for i := range 2 {
+		m.fx.Do(m.key(in, i+1), "refund 700 cents to "+in.Request.UserID)
+	}
+	return turn.Output{Events: []session.Event{{Text: "refunded twice"}}}, nil
+}
+
+// Issue 23: the harness identifies an effect by its key, so two equal-looking refunds of one
+// turn, and equal-looking refunds of the user's three requests, pass; keyed by a changing id,
+// the re-run's two refunds are still caught as two refunds too many.
+func TestCrashHarnessPassesEqualLookingIntendedEffects(t *testing.T) {
+	t.Parallel()
+	stable := func(in turn.Input, ordinal int) string { return in.ToolKey(fmt.Sprintf("refund#%d", ordinal)) }
+	reports := turntest.CheckCrashes(t, turntest.CrashConfig{
+		NewModel: func(fx *turntest.Effects) turn.ModelClient { return twinRefunder{fx: fx, key: stable} },
+	})
+	require.Len(t, reports, len(turntest.CrashPoints))
+	for _, r := range reports {
+		require.True(t, r.OK(), r.String())
+	}
+
+	changing := func(in turn.Input, _ int) string { return in.ToolKey("call_" + uuid.NewString()) }
+	requireCaughtAfterModel(t, func(fx *turntest.Effects) turn.ModelClient { return twinRefunder{fx: fx, key: changing} },
+		func(r turntest.CrashReport, d turntest.Duplicate) {
+			require.Equal(t, "refund 700 cents to crash-user", d.Effect)
+			require.Equal(t, 2, d.Intended)
+			require.Len(t, d.Keys, 4)
+			require.Contains(t, r.String(), "happened 4 times (one run of the turn does it 2 times)")
+		})
+}
+
+// requireCaughtAfterModel runs the crash harness on the model newModel builds, whose keys
+// change between runs, and requires that only the crash after the model call shows
+// duplicates: one per request of the default three, each passed to check.
+func requireCaughtAfterModel(t *testing.T, newModel func(fx *turntest.Effects) turn.ModelClient, check func(turntest.CrashReport, turntest.Duplicate)) {
+	t.Helper()
+	reports, err := turntest.Crashes(context.Background(), turntest.CrashConfig{NewModel: newModel})
+	require.NoError(t, err)
+	require.Len(t, reports, len(turntest.CrashPoints))
+	for _, r := range reports {
+		require.Empty(t, r.Problems, r.String())
+		if r.Point != turntest.AfterModel {
+			require.Empty(t, r.Duplicates, "%s: the model ran once per request", r.Point)
+			continue
+		}
+		require.Len(t, r.Duplicates, 3, "each of the three requests' effects done again: %s", r)
+		ids := map[string]bool{}
+		for _, d := range r.Duplicates {
+			ids[d.RequestID] = true
+			check(r, d)
+		}
+		require.Len(t, ids, 3, "one duplicate per request")
+	}
+}
+
+// Outside the harness Effects cannot tell the runs of a turn apart: the keys decide what is
+// performed, and Duplicates finds nothing.
+func TestEffectsOutsideTheHarness(t *testing.T) {
+	t.Parallel()
+	fx := turntest.NewEffects()
+	require.True(t, fx.Do("k1", "refund 700"))
+	require.True(t, fx.Do("k2", "refund 700"))
+	require.False(t, fx.Do("k1", "refund 700"), "a key is performed once")
+	require.Equal(t, 2, fx.Performed("refund 700"))
+	require.Empty(t, fx.Duplicates())
 }

@@ -1,6 +1,7 @@
 package turntest
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"testing"
@@ -42,8 +43,7 @@ func (p *harnessPartitioner) MessageRequiresConsistency(msg *sarama.ProducerMess
 	return msg.Key != nil
 }
 
-func (c *Cluster) syncProducer(t testing.TB) sarama.SyncProducer {
-	t.Helper()
+func (c *Cluster) syncProducer() (sarama.SyncProducer, error) {
 	c.prodMu.Lock()
 	defer c.prodMu.Unlock()
 	if c.producer == nil && c.prodErr == nil {
@@ -52,41 +52,61 @@ func (c *Cluster) syncProducer(t testing.TB) sarama.SyncProducer {
 		c.producer, c.prodErr = sarama.NewSyncProducer(c.brokers, cfg)
 	}
 	if c.prodErr != nil {
-		t.Fatalf("turntest: idempotent producer: %v", c.prodErr)
+		return nil, fmt.Errorf("turntest: idempotent producer: %w", c.prodErr)
 	}
-	return c.producer
+	return c.producer, nil
 }
 
-// Produce writes one record to topic with the cluster's shared idempotent
-// producer (see [Cluster.ProducerConfig]) and returns where it landed. The
-// partition is the one a Java producer picks for key (murmur2); an empty key
-// is sent as a null key and lands on a random partition. value may be nil
-// (a tombstone). Headers are sent sorted by name. It fails the test when the
-// broker does not acknowledge the record.
+// Produce is [Cluster.ProduceContext] for a test: it fails the test on an error.
 func (c *Cluster) Produce(t testing.TB, topic, key string, value []byte, headers map[string]string) (partition int32, offset int64) {
 	t.Helper()
-	msg := newMessage(topic, key, value, headers)
-	return c.send(t, msg)
+	partition, offset, err := c.ProduceContext(context.Background(), topic, key, value, headers)
+	fatalIf(t, err)
+	return partition, offset
 }
 
-// ProduceTo is [Cluster.Produce] to an explicit partition, whatever the
-// key. A partition outside the topic fails the test. It returns the
-// record's offset.
+// ProduceContext writes one record to topic with the cluster's shared idempotent producer
+// (see [Cluster.ProducerConfig]) and returns where it landed. The partition is the one a Java
+// producer picks for key (murmur2); an empty key is sent as a null key and lands on a random
+// partition. value may be nil (a tombstone). Headers are sent sorted by name. ctx is checked
+// before the record is sent; the send itself is bounded by the producer's retries and
+// timeouts. Errors: ctx's, a producer that cannot connect, a broker that does not acknowledge
+// the record.
+func (c *Cluster) ProduceContext(ctx context.Context, topic, key string, value []byte, headers map[string]string) (partition int32, offset int64, err error) {
+	return c.send(ctx, newMessage(topic, key, value, headers))
+}
+
+// ProduceTo is [Cluster.ProduceToContext] for a test: it fails the test on an error.
 func (c *Cluster) ProduceTo(t testing.TB, topic string, partition int32, key string, value []byte, headers map[string]string) (offset int64) {
 	t.Helper()
-	msg := newMessage(topic, key, value, headers)
-	msg.Metadata = explicitPartition(partition)
-	_, offset = c.send(t, msg)
+	offset, err := c.ProduceToContext(context.Background(), topic, partition, key, value, headers)
+	fatalIf(t, err)
 	return offset
 }
 
-func (c *Cluster) send(t testing.TB, msg *sarama.ProducerMessage) (int32, int64) {
-	t.Helper()
-	p, o, err := c.syncProducer(t).SendMessage(msg)
-	if err != nil {
-		t.Fatalf("turntest: produce to %q (key %q): %v", msg.Topic, keyString(msg), err)
+// ProduceToContext is [Cluster.ProduceContext] to an explicit partition, whatever the key. It
+// returns the record's offset. Errors: those of ProduceContext, and a partition outside the
+// topic.
+func (c *Cluster) ProduceToContext(ctx context.Context, topic string, partition int32, key string, value []byte, headers map[string]string) (offset int64, err error) {
+	msg := newMessage(topic, key, value, headers)
+	msg.Metadata = explicitPartition(partition)
+	_, offset, err = c.send(ctx, msg)
+	return offset, err
+}
+
+func (c *Cluster) send(ctx context.Context, msg *sarama.ProducerMessage) (int32, int64, error) {
+	if err := ctx.Err(); err != nil {
+		return -1, -1, fmt.Errorf("turntest: produce to %q (key %q): %w", msg.Topic, keyString(msg), err)
 	}
-	return p, o
+	producer, err := c.syncProducer()
+	if err != nil {
+		return -1, -1, err
+	}
+	p, o, err := producer.SendMessage(msg)
+	if err != nil {
+		return -1, -1, fmt.Errorf("turntest: produce to %q (key %q): %w", msg.Topic, keyString(msg), err)
+	}
+	return p, o, nil
 }
 
 func newMessage(topic, key string, value []byte, headers map[string]string) *sarama.ProducerMessage {

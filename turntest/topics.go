@@ -66,30 +66,31 @@ func CreateTopics(ctx context.Context, brokers []string, sc *sarama.Config, topi
 	}
 	defer client.Close()
 	for _, t := range topics {
-		if err := waitReady(ctx, client, t.Name); err != nil {
+		if err := waitReady(ctx, client, t.Name, 0); err != nil {
 			return existing, err
 		}
 	}
 	return existing, nil
 }
 
-// waitReady polls the metadata until every partition of topic has a leader: a real cluster
-// publishes a new topic's metadata a little after CreateTopics returns.
-func waitReady(ctx context.Context, client sarama.Client, topic string) error {
+// waitReady polls the metadata until every partition of topic has a leader, and, when
+// partitions > 0, the metadata holds that many: a real cluster publishes a new topic's metadata
+// a little after CreateTopics returns.
+func waitReady(ctx context.Context, client sarama.Client, topic string, partitions int32) error {
 	for {
-		err := ready(client, topic)
+		err := ready(client, topic, partitions)
 		if err == nil {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("turntest: topic %q not ready: %w (%w)", topic, err, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(50 * time.Millisecond): // poll interval, not an assertion
 		}
 	}
 }
 
-func ready(client sarama.Client, topic string) error {
+func ready(client sarama.Client, topic string, partitions int32) error {
 	if err := client.RefreshMetadata(topic); err != nil {
 		return err
 	}
@@ -97,8 +98,11 @@ func ready(client sarama.Client, topic string) error {
 	if err != nil {
 		return err
 	}
-	if len(parts) == 0 {
+	switch {
+	case len(parts) == 0:
 		return errors.New("no partitions in metadata")
+	case partitions > 0 && int32(len(parts)) != partitions:
+		return fmt.Errorf("%d of %d partitions in metadata", len(parts), partitions)
 	}
 	for _, p := range parts {
 		if _, err := client.Leader(topic, p); err != nil {

@@ -102,8 +102,9 @@ type worker struct {
 	beforeTurn func(twf.Context)
 }
 
-// Register registers the conversation workflow (WorkflowName) and the turn activity
-// (ActivityName) on a Temporal worker. It fails when Runner or Publisher is missing.
+// Register registers the conversation workflow (WorkflowName), the turn activity
+// (ActivityName) and the gap activity (GapActivityName) on a Temporal worker, and the
+// StateStore's activities when WorkerOptions.States is set. It fails when Runner or Publisher is missing.
 func Register(w tworker.Registry, opts WorkerOptions) error {
 	if err := opts.Runner.Validate(); err != nil {
 		return fmt.Errorf("workflow: WorkerOptions.Runner: %w", err)
@@ -131,6 +132,7 @@ func Register(w tworker.Registry, opts WorkerOptions) error {
 	a.overflow, _ = opts.States.(OverflowStore)
 	w.RegisterWorkflowWithOptions(a.Conversation, twf.RegisterOptions{Name: WorkflowName})
 	w.RegisterActivityWithOptions(a.ApplyTurn, activity.RegisterOptions{Name: ActivityName})
+	w.RegisterActivityWithOptions(a.ReportGap, activity.RegisterOptions{Name: GapActivityName})
 	if opts.States != nil {
 		w.RegisterActivityWithOptions(a.LoadState, activity.RegisterOptions{Name: LoadStateActivityName})
 		w.RegisterActivityWithOptions(a.SaveState, activity.RegisterOptions{Name: SaveStateActivityName})
@@ -213,6 +215,12 @@ func (a *worker) applyTurn(ctx context.Context, env Envelope, in TurnInput) (Out
 	req := env.Request
 	if in.Reject != "" {
 		return a.deadLetter(ctx, env, DeadLetter{Reason: in.Reject}, turn.KindPermanent)
+	}
+	if in.Redrive && !in.WantResult {
+		done, err := a.done(ctx, req)
+		if err != nil || done {
+			return Outcome{AlreadyDone: done}, err
+		}
 	}
 	if in.Stale != "" {
 		replay, err := a.answered(ctx, req)
@@ -338,14 +346,28 @@ func errorType(k turn.Kind) string {
 // the Runner answers from the inbox; otherwise it is a new request the conversation cannot
 // apply.
 func (a *worker) answered(ctx context.Context, req turn.Request) (bool, error) {
+	st, err := a.inboxStatus(ctx, req)
+	return st == inbox.StatusDone || st == inbox.StatusDead, err
+}
+
+// done reports whether the Runner's inbox has req done: a re-drive of it was applied already
+// (a second copy of the re-driven record), and its result was published then.
+func (a *worker) done(ctx context.Context, req turn.Request) (bool, error) {
+	st, err := a.inboxStatus(ctx, req)
+	return st == inbox.StatusDone, err
+}
+
+// inboxStatus returns the status of req's inbox entry, StatusNew when it has none; a failing
+// inbox is a retryable error.
+func (a *worker) inboxStatus(ctx context.Context, req turn.Request) (inbox.Status, error) {
 	entry, err := a.opts.Runner.Inbox.Get(ctx, a.opts.Runner.InboxKey(req))
 	switch {
 	case errors.Is(err, inbox.ErrNotFound):
-		return false, nil
+		return inbox.StatusNew, nil
 	case err != nil:
-		return false, temporal.NewApplicationError("inbox get: "+err.Error(), errorType(turn.KindUnavailable))
+		return 0, temporal.NewApplicationError("inbox get: "+err.Error(), errorType(turn.KindUnavailable))
 	}
-	return entry.Status == inbox.StatusDone || entry.Status == inbox.StatusDead, nil
+	return entry.Status, nil
 }
 
 // ownerMismatch reports whether the Runner dead-lettered req (with err) because its session is
@@ -422,6 +444,9 @@ func (a *worker) publishResult(ctx context.Context, env Envelope, res turn.Resul
 func (a *worker) deadLetter(ctx context.Context, env Envelope, dl DeadLetter, kind turn.Kind) (Outcome, error) {
 	if dl.Kind == turn.KindNone {
 		dl.Kind = kind
+	}
+	if dl.WorkflowID == "" && activity.IsActivity(ctx) {
+		dl.WorkflowID = activity.GetInfo(ctx).WorkflowExecution.ID
 	}
 	if err := a.opts.Publisher.PublishDeadLetter(ctx, env, dl); err != nil {
 		a.opts.Logger.Warn("dead-letter publish failed; the activity retries", "request_id", env.Request.ID,

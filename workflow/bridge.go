@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"google.golang.org/grpc/codes"
 
+	"github.com/turnstile-go/turnstile/internal/record"
 	"github.com/turnstile-go/turnstile/turn"
 	"github.com/turnstile-go/turnstile/turn/turnotel"
 )
@@ -155,15 +156,26 @@ func (b *Bridge) HandOff(ctx context.Context, reqs []turn.Request) error {
 	return nil
 }
 
+// HandleBatch implements consumer.BatchHandler: the records of a conversation waiting in the
+// consumer's window go to the conversation's workflow in one signal (HandOff), and their
+// offsets commit once the server accepted it. A hand-off too large for one signal
+// (MaxPayloadBytes) is refused as permanent, and the consumer then hands the records off one
+// by one. Errors are Handle's.
+func (b *Bridge) HandleBatch(ctx context.Context, reqs []turn.Request) error {
+	return b.HandOff(ctx, reqs)
+}
+
 // envelope wraps req with the headers named in BridgeOptions.Headers: from the request
 // (turn.Request.Headers, which the consumer sets), else from the Tap; with the trace context
-// of ctx's span written over the producer's.
+// of ctx's span written over the producer's. A request re-published by deadletter.Redrive
+// (its redriven-from header, in turn.Request.Headers) is marked Envelope.RedrivenFrom.
 func (b *Bridge) envelope(ctx context.Context, req turn.Request) Envelope {
 	env := Envelope{Request: req, Source: req.Source}
 	env.Request.Headers = nil // they travel in env.Headers, filtered
 	switch {
 	case req.Headers != nil:
 		env.Headers = filterHeaders(req.Headers, b.opts.Headers)
+		env.RedrivenFrom = req.Headers[record.HeaderRedrivenFrom]
 	case b.opts.Tap != nil:
 		env.Headers = b.opts.Tap.Take(req.Source, b.opts.Headers)
 	}

@@ -89,19 +89,6 @@ func (c *conversation) removed(i int) {
 	}
 }
 
-// advance applies the next ready request, or loads the next part of the overflow when nothing
-// in memory is ready; it reports whether it did either.
-func (c *conversation) advance(ctx, actx twf.Context) (bool, error) {
-	if i := c.nextReady(); i >= 0 {
-		c.apply(actx, i)
-		return true, nil
-	}
-	if c.Overflow <= 0 {
-		return false, nil
-	}
-	return true, c.loadOverflow(ctx)
-}
-
 // loadOverflow loads the oldest part of the overflow (at most half of MaxCarriedBytes) into
 // Pending after the requests older than it. Requests already applied (a duplicate that came
 // by another signal) are left out. A load the store cannot answer gives the requests up, with

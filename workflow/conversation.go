@@ -39,6 +39,19 @@ type conversation struct {
 	// only the same request id of the same user is a duplicate. Histories recorded before it
 	// replay without it.
 	strict bool
+	// redrive is the behaviour of versionRedrive: a re-driven request (Envelope.RedrivenFrom)
+	// is not dropped as already applied, and applies out of order when its sequence is below
+	// the mark.
+	redrive bool
+	// gapRelease is the behaviour of versionGapRelease: the release update and
+	// Config.GapTimeout may skip a gap. Runs recorded before it reject the update.
+	gapRelease bool
+	// ask is the release being carried out (the release update's, or the gap timeout's); the
+	// main loop skips the head gap while the conversation is held below ask.upTo.
+	ask *releaseAsk
+	// busy is set while the main loop applies a request or skips a gap: the conversation is
+	// not held then (its next sequence may be the one in flight).
+	busy bool
 }
 
 // Conversation is the conversation workflow (registered as WorkflowName by Register): the
@@ -60,6 +73,12 @@ type conversation struct {
 //   - a request the consumer dead-lettered itself (Envelope.DeadLettered, from
 //     Bridge.DeadLettered) is passed over when its sequence comes up: the mark moves past it,
 //     with no activity and no second dead letter.
+//   - a re-driven request (Envelope.RedrivenFrom) is never dropped as already applied: it
+//     applies in arrival order when its sequence is below the mark (without moving it), and
+//     the inbox decides whether it runs (see TurnInput.Redrive).
+//   - a gap is released by the ReleaseUpdateName update (Bridge.Release) or after
+//     Config.GapTimeout: the missing sequences are skipped and reported as dead letters
+//     with the reason GapReason, then the held requests apply in order.
 //
 // It continues as new after Config.MaxTurnsPerRun turns, Config.MaxSignalsPerRun signals,
 // Config.MaxHistoryEvents history events or when the server suggests it, once every update
@@ -72,6 +91,8 @@ func (a *worker) Conversation(ctx twf.Context, st State) error {
 	c := &conversation{State: st, cfg: st.Config.withDefaults(), waiting: map[string]int{}, outcomes: map[string]Outcome{}, beforeTurn: a.beforeTurn}
 	c.runID = twf.GetInfo(ctx).WorkflowExecution.RunID
 	c.strict = twf.GetVersion(ctx, versionStrangers, twf.DefaultVersion, 1) >= 1
+	c.redrive = c.strict && twf.GetVersion(ctx, versionRedrive, twf.DefaultVersion, 1) >= 1
+	c.gapRelease = twf.GetVersion(ctx, versionGapRelease, twf.DefaultVersion, 1) >= 1
 	if c.NextSequence <= 0 {
 		c.NextSequence = 1
 	}
@@ -96,17 +117,22 @@ func (a *worker) Conversation(ctx twf.Context, st State) error {
 		if c.continueDue(ctx) {
 			return a.continueAsNew(ctx, actx, c, signals)
 		}
-		if did, err := c.advance(ctx, actx); err != nil || did {
+		if done, err := c.step(ctx, actx); err != nil || done {
 			if err != nil {
 				return err
 			}
 			continue
 		}
-		ok, err := twf.AwaitWithTimeout(ctx, c.cfg.IdleTimeout, func() bool {
-			return signals.Len() > 0 || c.nextReady() >= 0
+		timeout, gapTimer := c.waitFor(ctx)
+		ok, err := twf.AwaitWithTimeout(ctx, timeout, func() bool {
+			return signals.Len() > 0 || c.nextReady() >= 0 || c.ask != nil
 		})
 		if err != nil {
 			return err // the workflow was cancelled
+		}
+		if !ok && gapTimer && c.gapExpired(ctx) {
+			c.askRelease(fmt.Sprintf("held for more than %s (Config.GapTimeout)", c.cfg.GapTimeout))
+			continue
 		}
 		if !ok && len(c.Pending) == 0 && signals.Len() == 0 && twf.AllHandlersFinished(ctx) {
 			end, err := a.endIdle(ctx, c, signals)
@@ -168,7 +194,7 @@ func (c *conversation) duplicate(env Envelope) string {
 		return c.legacyDuplicate(env)
 	}
 	req := env.Request
-	if c.recentSet[req.ID] && (c.UserID == "" || c.UserID == req.UserID) {
+	if c.recentSet[req.ID] && (c.UserID == "" || c.UserID == req.UserID) && !(c.redrive && env.RedrivenFrom != "") {
 		return "already applied"
 	}
 	for _, p := range c.Pending {
@@ -216,7 +242,7 @@ func (c *conversation) foreign(env Envelope) bool {
 // (the last two are dead-lettered at once); -1 when none is ready.
 func (c *conversation) nextReady() int {
 	for i, p := range c.Pending[:c.visible()] {
-		if s := p.Request.Sequence; s == 0 || s == c.NextSequence || c.foreign(p) || c.unapplicable(i) != "" {
+		if s := p.Request.Sequence; s == 0 || s == c.NextSequence || c.foreign(p) || c.outOfOrder(p) || c.unapplicable(i) != "" {
 			return i
 		}
 	}
@@ -231,8 +257,11 @@ func (c *conversation) nextReady() int {
 func (c *conversation) unapplicable(i int) string {
 	p := c.Pending[i]
 	s := p.Request.Sequence
-	if !c.strict || s <= 0 || c.foreign(p) {
+	if !c.strict || s <= 0 || c.foreign(p) || c.outOfOrder(p) {
 		return ""
+	}
+	if s < c.NextSequence && slices.Contains(c.Skipped, s) {
+		return fmt.Sprintf("sequence %d was skipped as a gap (released) before this request came", s)
 	}
 	if s < c.NextSequence {
 		return fmt.Sprintf("sequence %d is below the applied mark %d: another request applied it", s, c.NextSequence-1)
@@ -257,6 +286,9 @@ func (c *conversation) apply(actx twf.Context, i int) {
 	stale := c.unapplicable(i)
 	c.Pending = slices.Delete(c.Pending, i, i+1)
 	c.removed(i)
+	redrive := c.redrive && env.RedrivenFrom != ""
+	c.busy = true
+	defer func() { c.busy = false }()
 	var out Outcome
 	if c.beforeTurn != nil {
 		c.beforeTurn(actx)
@@ -265,7 +297,7 @@ func (c *conversation) apply(actx twf.Context, i int) {
 		c.passOver(actx, env, stale)
 		return
 	}
-	in := TurnInput{Envelope: env, WantResult: c.waiting[env.Request.ID] > 0, Stale: stale}
+	in := TurnInput{Envelope: env, WantResult: c.waiting[env.Request.ID] > 0, Stale: stale, Redrive: redrive}
 	if c.foreign(env) {
 		// Never applied here: the turn would land in another conversation's session.
 		in.Reject = fmt.Sprintf("request names conversation %.80q but was sent to the workflow of %.80q", env.Request.ConversationID, c.ConversationID)
@@ -294,8 +326,21 @@ func (c *conversation) apply(actx twf.Context, i int) {
 	if c.strict && c.UserID == "" && out.Published && stale == "" && !c.foreign(env) {
 		c.UserID = env.Request.UserID
 	}
+	if redrive {
+		twf.GetLogger(actx).Info("re-driven request applied", "request_id", env.Request.ID, "conversation_id", c.ConversationID,
+			"sequence", env.Request.Sequence, "redriven_from", env.RedrivenFrom, "already_done", out.AlreadyDone,
+			"dead_lettered", out.DeadLettered)
+		if c.recentSet[env.Request.ID] {
+			if !out.AlreadyDone {
+				c.Applied++
+			}
+			return
+		}
+	}
 	c.remember(env.Request.ID)
-	c.Applied++
+	if !out.AlreadyDone {
+		c.Applied++
+	}
 }
 
 // passOver records env, a request the consumer dead-lettered itself (Envelope.DeadLettered),
@@ -354,14 +399,14 @@ func (c *conversation) continueDue(ctx twf.Context) bool {
 func (a *worker) continueAsNew(ctx, actx twf.Context, c *conversation, signals twf.ReceiveChannel) error {
 	c.draining = true
 	for !twf.AllHandlersFinished(ctx) {
-		if did, err := c.advance(ctx, actx); err != nil || did {
+		if done, err := c.step(ctx, actx); err != nil || done {
 			if err != nil {
 				return err
 			}
 			continue
 		}
 		if err := twf.Await(ctx, func() bool {
-			return twf.AllHandlersFinished(ctx) || c.nextReady() >= 0 || signals.Len() > 0
+			return twf.AllHandlersFinished(ctx) || c.nextReady() >= 0 || signals.Len() > 0 || c.ask != nil
 		}); err != nil {
 			return err
 		}
@@ -397,5 +442,10 @@ func (c *conversation) status() Status {
 		}
 	}
 	slices.Sort(st.PendingSequences)
+	st.Skipped = c.SkippedTotal
+	if c.held() {
+		st.Held, st.HeldSince = true, c.HeldSince
+		st.Missing, st.MissingCount = c.missing(maxMissingListed)
+	}
 	return st
 }

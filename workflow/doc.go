@@ -7,7 +7,10 @@
 // consumer) reads request records as in direct mode, but its Handler is a Bridge: for each
 // request it sends a SignalWithStart to the workflow whose id is BridgeOptions.IDPrefix plus
 // the conversation id, and returns once the server accepted the signal, so the record's offset
-// commits after a durable hand-off (transport progress). The conversation workflow then decides
+// commits after a durable hand-off (transport progress). The Bridge is a
+// consumer.BatchHandler: a conversation's records waiting in the consumer's window go in one
+// signal (up to consumer.Config.MaxBatch), which hands off several times as many records per
+// second as one signal each (BENCHMARKS.md). The conversation workflow then decides
 // when the request is applied (semantic progress): one at a time, in Sequence order when the
 // producer sets one (a gap holds the later requests), in arrival order otherwise, dropping
 // duplicates. Each turn is an activity that runs the same turn.Runner as direct mode, so the
@@ -103,7 +106,28 @@
 // queries find a user's conversations (TurnstileUser = 'u-12') and stuck ones
 // (TurnstilePending > 0). Bridge.Reconcile compares a workflow's last applied sequence with
 // the Ledger's high-water mark and re-sends the gap; Bridge.RunSweeps does it periodically
-// for every conversation whose last hand-off is older than a threshold. Changes to the
+// for every conversation whose last hand-off is older than a threshold.
+//
+// A gap that was never handed off (a sequence never sent) cannot be reconciled: it holds its
+// conversation until released. Status says whether a conversation is held, since when and
+// which sequences it misses; Bridge.Held lists the held conversations (the running workflows
+// of the task queue from visibility, narrowed to TurnstilePending > 0 with
+// Config.SearchAttributes, each asked its status), and Bridge.WatchHeld reports them as the
+// gauges MetricHeldRequests, MetricHeldConversations and MetricHeldOldestAge through
+// BridgeOptions.Telemetry. Bridge.Release (the ReleaseUpdateName update; the CLI's turnstile
+// release) skips the missing sequences now, and Config.GapTimeout does it once a conversation
+// has been held that long: each skipped sequence is a dead letter with the reason GapReason
+// (no value; its origin header says "gap"; its request-id header is a version 5 UUID of the
+// workflow id and the sequence, so that a reader dedups the copies a retried report
+// publishes), and the held requests then apply in order.
+//
+// Dead letters re-drive as in direct mode (deadletter.Redrive, turnstile dlq redrive): the
+// re-published record carries the redriven-from header, the bridge marks its envelope
+// RedrivenFrom, and the workflow runs it again instead of dropping it as already applied; the
+// inbox decides whether it runs (one new turn, one result, the entry done; a second copy
+// publishes nothing). A dead letter of Bridge.Submit carries the origin header "submit" and the
+// workflow-id header, and deadletter.Redrive sends it to the requests topic on its key's
+// partition. Changes to the
 // workflow's code must keep replaying the histories recorded in testdata (the replay test);
 // use workflow.GetVersion for a change to its command sequence.
 package workflow

@@ -30,9 +30,15 @@ func (c *conversation) setHandlers(ctx twf.Context) error {
 	if err := twf.SetQueryHandler(ctx, QueryStatus, func() (Status, error) { return c.status(), nil }); err != nil {
 		return err
 	}
-	return twf.SetUpdateHandlerWithOptions(ctx, UpdateName, c.submit, twf.UpdateHandlerOptions{
+	if err := twf.SetUpdateHandlerWithOptions(ctx, UpdateName, c.submit, twf.UpdateHandlerOptions{
 		Validator:   c.validateSubmit,
 		Description: "submit one request; returns its Result once the turn applied",
+	}); err != nil {
+		return err
+	}
+	return twf.SetUpdateHandlerWithOptions(ctx, ReleaseUpdateName, c.release, twf.UpdateHandlerOptions{
+		Validator:   c.validateRelease,
+		Description: "release a sequence gap now: skip the missing sequences (dead letters with reason gap), apply the held requests",
 	})
 }
 

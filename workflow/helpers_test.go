@@ -74,8 +74,10 @@ type recordingPublisher struct {
 	mu          sync.Mutex
 	results     []turn.Result
 	deadLetters []DeadLetter
-	// deadIDs are the request ids of deadLetters, in the same order.
-	deadIDs []string
+	// deadIDs are the request ids of deadLetters, in the same order, and deadEnvs their
+	// envelopes.
+	deadIDs  []string
+	deadEnvs []Envelope
 }
 
 func (p *recordingPublisher) PublishResult(_ context.Context, _ Envelope, res turn.Result) error {
@@ -90,6 +92,7 @@ func (p *recordingPublisher) PublishDeadLetter(_ context.Context, env Envelope, 
 	defer p.mu.Unlock()
 	p.deadLetters = append(p.deadLetters, dl)
 	p.deadIDs = append(p.deadIDs, env.Request.ID)
+	p.deadEnvs = append(p.deadEnvs, env)
 	return nil
 }
 

@@ -5,13 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
+	"maps"
+	"slices"
 	"sync"
 
 	"github.com/IBM/sarama"
 
 	"github.com/turnstile-go/turnstile/consumer"
+	"github.com/turnstile-go/turnstile/internal/record"
 	"github.com/turnstile-go/turnstile/turn"
 )
 
@@ -30,6 +31,9 @@ type DeadLetter struct {
 	// Kind is the turn.Kind of the error that dead-lettered the request (the "kind" header,
 	// consumer.HeaderKind); turn.KindNone leaves the header out.
 	Kind turn.Kind
+	// WorkflowID is the id of the conversation workflow whose activity dead-lettered the
+	// request (the "workflow-id" header, consumer.HeaderWorkflowID); the activity sets it.
+	WorkflowID string
 }
 
 // Publisher publishes the outcome of a turn. Both methods may be called again for the same
@@ -56,8 +60,11 @@ type ResultLimiter interface {
 // requests topic and else where a Java producer would put the key (murmur2). It uses an
 // idempotent sync producer, so a publish has returned only once the brokers acknowledged it.
 //
-// One difference from the consumer: a dead letter's value is the request's envelope
-// re-encoded (Request.Encode), not the record's original bytes, which never reach Temporal.
+// The headers, the shrinking of a dead letter the topic refuses (without its value, then the
+// propagated headers, then the key) and the placement are the consumer's own code (package
+// internal/record). One difference from the consumer: a dead letter's value is the request's
+// envelope re-encoded (Request.Encode), not the record's original bytes, which never reach
+// Temporal; its own headers are the propagated ones (Envelope.Headers), in name order.
 type KafkaPublisher struct {
 	client          sarama.Client
 	producer        sarama.SyncProducer
@@ -92,7 +99,7 @@ func NewKafkaPublisher(brokers []string, sc *sarama.Config, resultsTopic, deadLe
 	cfg.Net.MaxOpenRequests = 1
 	cfg.Producer.Return.Successes = true
 	cfg.Producer.Return.Errors = true
-	cfg.Producer.Partitioner = newPartitioner
+	cfg.Producer.Partitioner = record.NewPartitioner
 	client, err := sarama.NewClient(brokers, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("workflow: kafka client: %w", err)
@@ -108,7 +115,7 @@ func NewKafkaPublisher(brokers []string, sc *sarama.Config, resultsTopic, deadLe
 
 // ResultLimit returns the limit of the Result of env's request: the producer's
 // Producer.MaxMessageBytes less room for the record's key and headers (consumer.ResultLimit,
-// the consumer's own rule).
+// the consumer's own rule, which package internal/record owns).
 func (p *KafkaPublisher) ResultLimit(env Envelope) turn.ResultLimit {
 	forward := p.ForwardHeaders
 	if forward == nil {
@@ -116,7 +123,7 @@ func (p *KafkaPublisher) ResultLimit(env Envelope) turn.ResultLimit {
 	}
 	req := env.Request
 	req.Headers = env.Headers
-	return consumer.ResultLimit(p.maxMessageBytes, &req, forward)
+	return record.ResultLimit(p.maxMessageBytes, &req, forward)
 }
 
 // Close closes the producer and its client.
@@ -133,19 +140,11 @@ func (p *KafkaPublisher) PublishResult(ctx context.Context, env Envelope, res tu
 	if err != nil {
 		return fmt.Errorf("%w: result does not encode: %w", ErrRefused, err)
 	}
-	headers := []sarama.RecordHeader{
-		header(consumer.HeaderRequestID, env.Request.ID), header(consumer.HeaderConversationID, env.Request.ConversationID),
-		header(consumer.HeaderAttempt, itoa(res.Attempt)),
-	}
 	forward := p.ForwardHeaders
 	if forward == nil {
 		forward = consumer.DefaultForwardHeaders
 	}
-	for _, name := range forward {
-		if v, ok := env.Headers[name]; ok && !hasHeader(headers, name) {
-			headers = append(headers, header(name, v))
-		}
-	}
+	headers := record.Forward(record.ResultHeaders(&env.Request, res.Attempt, len(forward)), env.Headers, forward)
 	return p.send(&sarama.ProducerMessage{
 		Topic: p.resultsTopic, Key: sarama.StringEncoder(env.Request.ConversationID), Value: sarama.ByteEncoder(value),
 		Headers: traceHeaders(ctx, headers), Metadata: p.placement(env.Source),
@@ -153,40 +152,34 @@ func (p *KafkaPublisher) PublishResult(ctx context.Context, env Envelope, res tu
 }
 
 // PublishDeadLetter publishes the request's envelope to the dead-letter topic with the
-// propagated headers and the consumer's dead-letter headers; a value the topic refuses is
-// dropped and the value-dropped header says so.
+// propagated headers (in name order) and the consumer's dead-letter headers
+// (record.DeadLetter.Headers). A dead letter the topic refuses is shrunk as the consumer's is
+// (record.Shrink): sent again without its value, then without the propagated headers, then
+// without its key, each noted in a header; the error wraps ErrRefused when even the smallest
+// is refused.
 func (p *KafkaPublisher) PublishDeadLetter(ctx context.Context, env Envelope, dl DeadLetter) error {
 	value, err := env.Request.Encode()
-	if err != nil {
-		value = nil
+	if err != nil || env.Origin == record.OriginGap {
+		value = nil // a gap has no request
 	}
-	src := env.Source
-	ours := []sarama.RecordHeader{
-		header(consumer.HeaderReason, clip(dl.Reason)), header(consumer.HeaderAttempts, itoa(dl.Attempts)),
-		header(consumer.HeaderSourceTopic, src.Topic), header(consumer.HeaderSourcePartition, itoa(src.Partition)),
-		header(consumer.HeaderSourceOffset, itoa(src.Offset)),
-		header(consumer.HeaderRequestID, env.Request.ID), header(consumer.HeaderConversationID, env.Request.ConversationID),
-	}
-	if dl.Err != nil {
-		ours = append(ours, header(consumer.HeaderError, clip(dl.Err.Error())))
-	}
-	if dl.Kind != turn.KindNone {
-		ours = append(ours, header(consumer.HeaderKind, dl.Kind.String()))
-	}
-	var headers []sarama.RecordHeader
-	for k, v := range env.Headers {
-		if !hasHeader(ours, k) && !consumer.DeadLetterHeader(k) {
-			headers = append(headers, header(k, v))
-		}
+	d := record.DeadLetter{Reason: dl.Reason, Error: record.ErrorText(dl.Err), Attempts: dl.Attempts, Kind: dl.Kind,
+		Source: env.Source, RequestID: env.Request.ID, ConversationID: env.Request.ConversationID,
+		Origin: env.Origin, WorkflowID: dl.WorkflowID, Sequence: env.Request.Sequence}
+	names := slices.Sorted(maps.Keys(env.Headers))
+	own := make([]*sarama.RecordHeader, len(names))
+	for i, k := range names {
+		h := record.Header(k, env.Headers[k])
+		own[i] = &h
 	}
 	msg := &sarama.ProducerMessage{
 		Topic: p.deadLetterTopic, Key: sarama.StringEncoder(env.Request.ConversationID), Value: sarama.ByteEncoder(value),
-		Headers: traceHeaders(ctx, append(headers, ours...)), Metadata: p.placement(src),
+		Headers: traceHeaders(ctx, d.Headers(own)), Metadata: p.placement(env.Source),
 	}
 	err = p.send(msg)
-	if errors.Is(err, ErrRefused) {
-		msg.Value = nil
-		msg.Headers = append(msg.Headers, header(consumer.HeaderValueDropped, fmt.Sprintf("%d bytes; refused: %s", len(value), clip(err.Error()))))
+	for errors.Is(err, ErrRefused) {
+		if msg, _ = record.Shrink(msg, err); msg == nil {
+			break
+		}
 		err = p.send(msg)
 	}
 	return err
@@ -194,13 +187,14 @@ func (p *KafkaPublisher) PublishDeadLetter(ctx context.Context, env Envelope, dl
 
 func (p *KafkaPublisher) send(msg *sarama.ProducerMessage) error {
 	_, _, err := p.producer.SendMessage(msg)
-	if errors.Is(err, sarama.ErrMessageSizeTooLarge) || errors.Is(err, sarama.ErrInvalidMessageSize) {
+	if record.Refused(err) {
 		return fmt.Errorf("%w: %w", ErrRefused, err)
 	}
 	return err
 }
 
-// placement is the request's partition and its topic's partition count, when known.
+// placement is the request's partition and its topic's partition count, when known, for
+// record.NewPartitioner.
 func (p *KafkaPublisher) placement(src turn.Source) any {
 	if src.Topic == "" {
 		return nil
@@ -209,55 +203,5 @@ func (p *KafkaPublisher) placement(src turn.Source) any {
 	if err != nil || len(parts) == 0 {
 		return nil
 	}
-	return placement{partition: src.Partition, partitions: int32(len(parts))}
-}
-
-// placement travels in ProducerMessage.Metadata to the partitioner; it mirrors the consumer's
-// unexported one (consumer/publish.go), which this package cannot use.
-type placement struct {
-	partition  int32
-	partitions int32
-}
-
-// partitioner co-partitions with the requests topic when the partition counts match, else
-// hashes the key with murmur2 as a Java producer would.
-type partitioner struct{ murmur2 sarama.Partitioner }
-
-func newPartitioner(topic string) sarama.Partitioner {
-	return &partitioner{murmur2: sarama.NewMurmur2Partitioner(topic)}
-}
-
-func (p *partitioner) Partition(msg *sarama.ProducerMessage, numPartitions int32) (int32, error) {
-	if pl, ok := msg.Metadata.(placement); ok && pl.partitions == numPartitions && pl.partition >= 0 && pl.partition < numPartitions {
-		return pl.partition, nil
-	}
-	return p.murmur2.Partition(msg, numPartitions)
-}
-
-func (p *partitioner) RequiresConsistency() bool { return true }
-
-func (p *partitioner) MessageRequiresConsistency(*sarama.ProducerMessage) bool { return true }
-
-func header(k, v string) sarama.RecordHeader {
-	return sarama.RecordHeader{Key: []byte(k), Value: []byte(v)}
-}
-
-func hasHeader(hs []sarama.RecordHeader, key string) bool {
-	for _, h := range hs {
-		if string(h.Key) == key {
-			return true
-		}
-	}
-	return false
-}
-
-func itoa[T int | int32 | int64](v T) string { return strconv.FormatInt(int64(v), 10) }
-
-// clip bounds a header value to 4 KiB, so that a long error cannot make a dead letter too large.
-func clip(s string) string {
-	const maxHeader = 4 << 10
-	if len(s) <= maxHeader {
-		return s
-	}
-	return strings.ToValidUTF8(s[:maxHeader], "") + "…"
+	return record.Placement{Partition: src.Partition, Partitions: int32(len(parts))}
 }

@@ -83,6 +83,11 @@ func (s *stack) runner(m turn.ModelClient) *turn.Runner {
 // startWorker runs a worker of the stack's task queue with the stack's model until the test
 // ends; tune may change its options.
 func (s *stack) startWorker(tune func(*WorkerOptions)) tworker.Worker {
+	return s.startWorkerWith(tune, tworker.Options{})
+}
+
+// startWorkerWith is startWorker with the SDK worker's options wo.
+func (s *stack) startWorkerWith(tune func(*WorkerOptions), wo tworker.Options) tworker.Worker {
 	t := s.t
 	t.Helper()
 	pub, err := NewKafkaPublisher(s.cluster.Brokers(), s.cluster.Config(), s.results, s.dlq)
@@ -92,7 +97,7 @@ func (s *stack) startWorker(tune func(*WorkerOptions)) tworker.Worker {
 	if tune != nil {
 		tune(&opts)
 	}
-	w := tworker.New(s.client, s.taskQueue, tworker.Options{})
+	w := tworker.New(s.client, s.taskQueue, wo)
 	require.NoError(t, Register(w, opts))
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)
@@ -116,30 +121,10 @@ func (s *stack) bridge(opts BridgeOptions) *Bridge {
 
 // startMember runs a consumer group member that hands records to h, until the test ends.
 func (s *stack) startMember(h consumer.Handler, tap *HeaderTap) {
-	t := s.t
-	t.Helper()
-	sc := s.cluster.Config()
-	if tap != nil {
-		sc.Consumer.Interceptors = []sarama.ConsumerInterceptor{tap}
-	}
-	c, err := consumer.New(consumer.Config{
-		Brokers: s.cluster.Brokers(), GroupID: s.group, RequestsTopic: s.requests,
-		ResultsTopic: s.results, DeadLetterTopic: s.dlq, Sarama: sc, Logger: slog.New(s.logs),
-		CommitInterval: 100 * time.Millisecond, RetryBackoff: 20 * time.Millisecond,
-	}, h)
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil && ctx.Err() == nil {
-				t.Errorf("member: %v", err)
-			}
-		case <-time.After(wait):
-			t.Errorf("member did not stop")
+	s.t.Helper()
+	s.startConsumer(h, func(cfg *consumer.Config) {
+		if tap != nil {
+			cfg.Sarama.Consumer.Interceptors = []sarama.ConsumerInterceptor{tap}
 		}
 	})
 }

@@ -26,6 +26,11 @@ const (
 	// versionConsumerDeadLetters: a request the consumer dead-lettered itself
 	// (Envelope.DeadLettered) is passed over without the turn activity.
 	versionConsumerDeadLetters = "turnstile-consumer-dead-letters"
+	// versionRedrive: a re-driven request (Envelope.RedrivenFrom) is not dropped as already
+	// applied; it applies out of order below the mark, and the inbox decides whether it runs.
+	versionRedrive = "turnstile-redrive"
+	// versionGapRelease: the release update and Config.GapTimeout skip a gap (GapActivityName).
+	versionGapRelease = "turnstile-gap-release"
 )
 
 // StateStore keeps the State of a conversation whose run ended idle, for the next run: without

@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/turnstile-go/turnstile/internal/record"
 	"github.com/turnstile-go/turnstile/turn"
 )
 
@@ -26,7 +27,7 @@ func (b *Bridge) Submit(ctx context.Context, req turn.Request) (turn.Result, err
 	if err := (turn.Decoder{}).Validate(req); err != nil {
 		return turn.Result{}, turn.Permanent(err)
 	}
-	env := Envelope{Request: req, Source: req.Source, Headers: filterHeaders(Headers(ctx), b.opts.Headers)}
+	env := Envelope{Request: req, Source: req.Source, Headers: filterHeaders(Headers(ctx), b.opts.Headers), Origin: record.OriginSubmit}
 	delay := 20 * time.Millisecond
 	for {
 		res, err := b.submitOnce(ctx, env)

@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/interceptor"
 
 	"github.com/turnstile-go/turnstile/consumer"
+	"github.com/turnstile-go/turnstile/internal/record"
 	"github.com/turnstile-go/turnstile/turn/turnotel"
 )
 
@@ -127,7 +128,7 @@ func traceHeaders(ctx context.Context, hs []sarama.RecordHeader) []sarama.Record
 			}
 		}
 		if !replaced {
-			hs = append(hs, header(k, v))
+			hs = append(hs, record.Header(k, v))
 		}
 	}
 	return hs

@@ -21,6 +21,12 @@ const (
 	QueryLastAppliedSequence = "lastAppliedSequence"
 	// QueryStatus answers a Status.
 	QueryStatus = "status"
+	// ReleaseUpdateName is the update that releases a conversation held at a sequence gap
+	// now (Bridge.Release): its argument is a Release, its answer a Released.
+	ReleaseUpdateName = "release"
+	// GapActivityName is the activity that reports the sequences a release skipped, one dead
+	// letter each with the reason GapReason.
+	GapActivityName = "turnstile.ReportGap"
 )
 
 // Envelope is one request as it travels into Temporal: the request (with its Source, which the
@@ -38,6 +44,22 @@ type Envelope struct {
 	// conversation goes on (G5). Such an envelope carries the request's ids and Sequence, not
 	// its text or metadata. A pending envelope of the same request is marked so too.
 	DeadLettered string `json:"dead_lettered,omitempty"`
+	// RedrivenFrom, when set, is the dead letter this request was re-driven from (the
+	// redriven-from header that package deadletter's Redrive adds, "TOPIC/PARTITION/OFFSET";
+	// the bridge copies it from the record's headers). The workflow tells a re-drive from a
+	// duplicate by it: a re-driven request it applied before (dead-lettered) is queued again
+	// rather than dropped, applied in arrival order when its sequence is below the applied
+	// mark (the conversation moved on past its dead letter), and the inbox decides whether it
+	// runs: the activity runs the request when its entry is runnable (re-driven, or never
+	// begun) and publishes nothing when it is done already (a second copy of the re-drive).
+	RedrivenFrom string `json:"redriven_from,omitempty"`
+	// Origin, when set, says where the request came from when not from a record of the
+	// requests topic: "submit" (Bridge.Submit sets it; Source says nothing then), or "gap" on
+	// the envelope of a gap dead letter (GapActivityName: no request). A dead letter carries
+	// it in the origin header (consumer.HeaderOrigin), which deadletter.Redrive reads: it
+	// sends a Submit's request back to the requests topic on its key's partition and refuses
+	// a gap's.
+	Origin string `json:"origin,omitempty"`
 }
 
 // Batch is the payload of one SignalName signal: requests of one conversation, in the order
@@ -81,6 +103,13 @@ type Config struct {
 	// SearchAttributeTypes up to date. The namespace must have them registered, or every
 	// upsert fails the workflow task; off by default.
 	SearchAttributes bool `json:"search_attributes,omitempty"`
+	// GapTimeout, when positive, releases a conversation held at a sequence gap once it has
+	// been held this long (Status.HeldSince): each missing sequence below the highest held
+	// one is skipped (Status.Skipped) and reported as a dead letter with the reason GapReason,
+	// and the held requests then apply in sequence order, as Bridge.Release does at once. A
+	// request of a skipped sequence that comes later is dead-lettered (its sequence is below
+	// the applied mark). Zero (the default) holds a gap until it is filled or released.
+	GapTimeout time.Duration `json:"gap_timeout,omitempty"`
 }
 
 // Defaults of Config.
@@ -139,6 +168,14 @@ type State struct {
 	LastErrorKind string `json:"last_error_kind,omitempty"`
 	// UserID is the conversation's user, once a request named it.
 	UserID string `json:"user_id,omitempty"`
+	// HeldSince is when the conversation last found nothing to apply while it held requests
+	// behind a missing sequence (workflow time); zero when it is not held. Config.GapTimeout
+	// counts from it.
+	HeldSince time.Time `json:"held_since,omitzero"`
+	// Skipped are the sequences releases skipped most recently (a gap released), ascending, at
+	// most maxSkippedKept of them; SkippedTotal counts them all.
+	Skipped      []int64 `json:"skipped,omitempty"`
+	SkippedTotal int64   `json:"skipped_total,omitempty"`
 }
 
 // Status is the answer of the QueryStatus query.
@@ -159,6 +196,55 @@ type Status struct {
 	TurnsThisRun int `json:"turns_this_run"`
 	// LastErrorKind is the turn.Kind name of the last dead-lettered turn, "" if none.
 	LastErrorKind string `json:"last_error_kind,omitempty"`
+	// Held is true when the conversation holds requests behind a missing sequence and has
+	// nothing else to apply; HeldSince is when it became so (zero when not held) and Missing
+	// the sequences it waits for, ascending: those from the applied mark up to the highest
+	// held one that no pending request has, at most maxMissingListed of them (MissingCount
+	// counts them all).
+	Held         bool      `json:"held,omitempty"`
+	HeldSince    time.Time `json:"held_since,omitzero"`
+	Missing      []int64   `json:"missing,omitempty"`
+	MissingCount int64     `json:"missing_count,omitempty"`
+	// Skipped counts the sequences releases skipped over all runs (State.SkippedTotal).
+	Skipped int64 `json:"skipped,omitempty"`
+}
+
+// Release is the argument of the ReleaseUpdateName update: who releases the gap and why, for
+// the gap dead letters.
+type Release struct {
+	// Reason is kept in each gap dead letter's error header; default "released by an operator".
+	Reason string `json:"reason,omitempty"`
+}
+
+// Released is the answer of a release: the sequences it skipped, ascending (at most
+// maxGapLetters listed; Count counts them all), and the applied mark after them.
+type Released struct {
+	Skipped []int64 `json:"skipped,omitempty"`
+	Count   int64   `json:"count"`
+	// LastAppliedSequence is the applied mark once the gap was skipped: the held requests
+	// apply from there, in order.
+	LastAppliedSequence int64 `json:"last_applied_sequence"`
+}
+
+// GapReason is the reason of the dead letter of a sequence a release skipped (the "reason"
+// header): the sequence never arrived, so there is no request to re-drive. Its request-id
+// header is the gap's identity, derived from the workflow id and the sequence (the same on
+// every copy a retried report publishes): readers dedup gap dead letters on it.
+const GapReason = "gap"
+
+// GapReport is the input of GapActivityName: the conversation and the sequences a release
+// skipped. A gap of more than maxGapLetters sequences is reported as its first
+// maxGapLetters-1 sequences, one dead letter each, and one dead letter for the rest (From to
+// To).
+type GapReport struct {
+	ConversationID string  `json:"conversation_id"`
+	UserID         string  `json:"user_id,omitempty"`
+	WorkflowID     string  `json:"workflow_id,omitempty"`
+	Sequences      []int64 `json:"sequences,omitempty"`
+	// From and To, when To > 0, are a range of skipped sequences reported as one dead letter.
+	From   int64  `json:"from,omitempty"`
+	To     int64  `json:"to,omitempty"`
+	Detail string `json:"detail"`
 }
 
 // TurnInput is the input of the turn activity: the request's envelope, and whether the
@@ -175,6 +261,10 @@ type TurnInput struct {
 	// (a duplicate older than the dedup window) from there, as the Runner replays it, and
 	// dead-letters any other with this reason, without running it.
 	Stale string `json:"stale,omitempty"`
+	// Redrive, when set, says the request is a re-drive (Envelope.RedrivenFrom) of a request
+	// the conversation applied before: the activity publishes nothing when the inbox has it
+	// done (Outcome.AlreadyDone), and otherwise runs it through the Runner as any request.
+	Redrive bool `json:"redrive,omitempty"`
 }
 
 // Outcome is what the activity returns for one request: that it published a Result (and the
@@ -192,4 +282,7 @@ type Outcome struct {
 	// belongs to another user (session.ErrOwnerMismatch, G7): the workflow leaves the
 	// conversation's state as it was.
 	Foreign bool `json:"foreign,omitempty"`
+	// AlreadyDone is true when a re-drive (TurnInput.Redrive) found the request done in the
+	// inbox: its result was published before, so nothing was published again.
+	AlreadyDone bool `json:"already_done,omitempty"`
 }

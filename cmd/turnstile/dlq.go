@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/turnstile-go/turnstile/deadletter"
+	"github.com/turnstile-go/turnstile/inbox"
 	"github.com/turnstile-go/turnstile/turn"
 )
 
@@ -40,7 +41,13 @@ again, with fresh attempts (its earlier reason stays in the entry's audit, with 
 the request record is published again to its source partition of the requests topic, with
 its key and headers. A dead letter whose value was dropped (too large) is re-driven from its
 source record. Re-driving twice runs a request once: a request already answered is skipped.
-Give at least one filter, or --all. --dry-run lists what would be re-driven.
+A dead letter of Temporal mode's Bridge.Submit (origin header "submit") has no source record:
+it goes to --requests-topic, which it needs, on its key's partition (murmur2, as a Java
+producer places it); a gap dead letter (reason "gap") has no request and is refused. In
+Temporal mode the workflow runs a re-driven request again (it tells it from a duplicate by the
+redriven-from header). Give at least one filter, or --all. --dry-run makes the same checks
+(the placement, the source record, the inbox entry when --db is given) and changes nothing:
+it says what the real run would do, and fails where it would fail.
 
 Examples:
   turnstile dlq redrive --brokers kafka:9092 --topic agent.requests.dlq \
@@ -315,18 +322,15 @@ func dlqRedrive(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer done()
-	if *dry {
-		for _, l := range letters {
-			fmt.Fprintf(e.stdout, "would re-drive %s (request %s, source %s): %s\n", l.ID(), l.RequestID, source(l), clipText(l.Reason, 100))
+	var ib inbox.Inbox // a dry run without --db takes every entry to be dead
+	if *f.db != "" {
+		db, _, sib, err := f.stores()
+		if err != nil {
+			return err
 		}
-		fmt.Fprintf(e.stderr, "%d dead letters would be re-driven\n", len(letters))
-		return nil
+		defer db.Close()
+		ib = sib
 	}
-	db, _, ib, err := f.stores()
-	if err != nil {
-		return err
-	}
-	defer db.Close()
 	client, err := f.kafka()
 	if err != nil {
 		return err
@@ -335,7 +339,7 @@ func dlqRedrive(ctx context.Context, e *env, args []string) error {
 	rctx, cancel := context.WithTimeout(ctx, *f.timeout)
 	defer cancel()
 	outcomes, stopped := deadletter.Redrive(rctx, deadletter.Options{Client: client, Inbox: ib, App: *f.app,
-		RequestsTopic: *requests, Note: *note, Logger: discard}, letters)
+		RequestsTopic: *requests, Note: *note, Logger: discard, DryRun: *dry}, letters)
 	if stopped != nil && len(outcomes) == 0 {
 		return stopped
 	}
@@ -354,7 +358,10 @@ func dlqRedrive(ctx context.Context, e *env, args []string) error {
 			r.Action, r.Error = "", o.Err.Error()
 			failed++
 		} else if o.Action == deadletter.Redriven || o.Action == deadletter.Republished {
-			r.To = fmt.Sprintf("%d/%d", o.Partition, o.Offset)
+			r.To = fmt.Sprintf("%s/%d/%d", o.Topic, o.Partition, o.Offset)
+			if o.DryRun {
+				r.To = fmt.Sprintf("%s/%d", o.Topic, o.Partition)
+			}
 		}
 		rows = append(rows, r)
 	}
@@ -364,7 +371,16 @@ func dlqRedrive(ctx context.Context, e *env, args []string) error {
 		}
 	} else {
 		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "DEAD LETTER\tREQUEST ID\tACTION\tPUBLISHED TO\tERROR")
+		to := "PUBLISHED TO"
+		if *dry {
+			to = "WOULD PUBLISH TO"
+			for i := range rows {
+				if rows[i].Action != "" {
+					rows[i].Action = "would be " + rows[i].Action
+				}
+			}
+		}
+		fmt.Fprintf(tw, "DEAD LETTER\tREQUEST ID\tACTION\t%s\tERROR\n", to)
 		for _, r := range rows {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.RequestID, r.Action, r.To, r.Error)
 		}
@@ -382,8 +398,13 @@ func dlqRedrive(ctx context.Context, e *env, args []string) error {
 	switch {
 	case stopped != nil: // the rows above are what was done
 		return fmt.Errorf("%d of %d dead letters handled (%d not re-driven), then: %w", len(outcomes), len(letters), failed, stopped)
+	case failed > 0 && *dry:
+		return fmt.Errorf("dry run: %d of %d dead letters would not be re-driven", failed, len(outcomes))
 	case failed > 0:
 		return fmt.Errorf("%d of %d dead letters not re-driven", failed, len(outcomes))
+	}
+	if *dry {
+		fmt.Fprintf(e.stderr, "dry run: %d dead letters would be re-driven or skipped as shown; nothing changed\n", len(outcomes))
 	}
 	return nil
 }

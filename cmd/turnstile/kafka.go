@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+
+	"github.com/turnstile-go/turnstile/internal/record"
 )
 
 const replayUsage = `
@@ -48,8 +50,8 @@ Examples:
   turnstile lag --brokers kafka:9092 --group agent --topic agent.requests --json
 `
 
-// HeaderReplayedFrom is the header replay adds to each copied record: "TOPIC/PARTITION/OFFSET".
-const headerReplayedFrom = "replayed-from"
+// headerReplayedFrom is the header replay adds to each copied record (record.HeaderReplayedFrom).
+const headerReplayedFrom = record.HeaderReplayedFrom
 
 type partitionLag struct {
 	Partition int32 `json:"partition"`

@@ -1,7 +1,8 @@
 // Command turnstile is the operator's tool for a service built on turnstile: it lists, shows
 // and re-drives dead letters, reads and purges the inbox, shows and deletes sessions, copies
 // recorded requests into a sandbox topic for a replay, reports a consumer group's lag,
-// migrates the stores' schema, and sizes a service (turns in flight, members, partitions).
+// migrates the stores' schema, sizes a service (turns in flight, members, partitions), and, in
+// Temporal mode, lists the conversations held at a sequence gap and releases them.
 //
 // Usage:
 //
@@ -25,6 +26,11 @@
 //	migrate         create or upgrade the session and inbox tables
 //	size            turns in flight (Little's law), members and partitions for a turn time
 //	                and a rate, as a table and a PNG or SVG plot
+//	held            Temporal mode: conversations held at a sequence gap (visibility, then
+//	                each workflow's status query), with their missing sequences, as a
+//	                table or JSON
+//	release         Temporal mode: release a held conversation now: its missing sequences
+//	                dead-lettered with reason "gap", its held requests applied in order
 //
 // Every command takes --help. Every flag is also read from an environment variable named
 // TURNSTILE_ and the flag in upper case with underscores (--table-prefix is
@@ -97,6 +103,8 @@ Commands:
   lag             committed offset, end offset and lag per partition for a consumer group
   migrate         create or upgrade the session and inbox tables
   size            turns in flight, members and partitions for a turn time and a rate, with a plot
+  held            Temporal mode: conversations held at a sequence gap, with their missing sequences
+  release         Temporal mode: release a held conversation now (gap dead letters, held requests applied)
 
 Run 'turnstile <command> [<subcommand>] --help' for a command's flags and examples.
 Every flag also comes from an environment variable: --brokers from TURNSTILE_BROKERS, --db from
@@ -126,6 +134,8 @@ var commands = []command{
 	{"lag", lagUsage, lagCmd},
 	{"migrate", migrateUsage, migrateCmd},
 	{"size", sizeUsage, sizeCmd},
+	{"held", heldUsage, heldCmd},
+	{"release", releaseUsage, releaseCmd},
 }
 
 // env is what a command writes to and reads its flags' environment variables from.

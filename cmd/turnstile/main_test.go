@@ -2,11 +2,15 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"log/slog"
 	"path/filepath"
 	"regexp"
@@ -79,14 +83,71 @@ func jsonCommands(t *testing.T) []string {
 	return out
 }
 
+// jsonOwners names the test that runs and checks the --json output of the commands that
+// TestCommands cannot run (they need a Temporal server, which it has not). Every other command
+// with --json is TestCommands'. TestJSONOwners checks that each test named here exists and
+// calls requireJSONCovered.
+var jsonOwners = map[string]string{
+	"held":    "TestHeldAndRelease",
+	"release": "TestHeldAndRelease",
+}
+
+// jsonOwner returns the test that must check the --json output of the command name.
+func jsonOwner(name string) string { return cmp.Or(jsonOwners[name], "TestCommands") }
+
 // requireJSONCovered fails the test unless it checked the --json output of every command that
-// has one.
+// has one and that it owns (jsonOwner: its top-level test's name).
 func requireJSONCovered(t *testing.T) {
 	t.Helper()
+	top, _, _ := strings.Cut(t.Name(), "/")
+	owned := 0
 	for _, name := range jsonCommands(t) {
+		if jsonOwner(name) != top {
+			continue
+		}
+		owned++
 		_, seen := jsonSeen.Load(t.Name() + "|" + name)
 		require.True(t, seen, "%s --json was not run and checked in %s", name, t.Name())
 	}
+	require.NotZero(t, owned, "%s owns no command's --json output (jsonOwners)", top)
+}
+
+// Each test that jsonOwners names exists in this package, calls requireJSONCovered, and owns
+// a command that takes --json: an entry there moves a command's check, never drops it.
+func TestJSONOwners(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("*_test.go")
+	require.NoError(t, err)
+	checks := map[string]bool{} // test function name: whether it calls requireJSONCovered
+	fset := token.NewFileSet()
+	for _, name := range files {
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		require.NoError(t, err)
+		for _, d := range f.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Recv != nil || fn.Body == nil {
+				continue
+			}
+			calls := false
+			ast.Inspect(fn.Body, func(n ast.Node) bool {
+				if c, ok := n.(*ast.CallExpr); ok {
+					if id, ok := c.Fun.(*ast.Ident); ok && id.Name == "requireJSONCovered" {
+						calls = true
+					}
+				}
+				return !calls
+			})
+			checks[fn.Name.Name] = calls
+		}
+	}
+	withJSON := jsonCommands(t)
+	for cmd, test := range jsonOwners {
+		require.Contains(t, withJSON, cmd, "jsonOwners names %s, which takes no --json", cmd)
+		calls, found := checks[test]
+		require.True(t, found, "jsonOwners names %s for %s: no such test", test, cmd)
+		require.True(t, calls, "%s owns %s --json but does not call requireJSONCovered", test, cmd)
+	}
+	require.True(t, slices.ContainsFunc(withJSON, func(c string) bool { return jsonOwner(c) == "TestCommands" }))
 }
 
 // serviceData are the keys whose values are the service's own content (record headers,
@@ -264,7 +325,7 @@ func testCommands(t *testing.T, d database) {
 	code, _, errOut = cli(t, append([]string{"dlq", "redrive", brokers, "--topic=" + s.dlq}, dbFlags...)...)
 	require.Equal(t, exitUsage, code, "no filter, no --all")
 	require.Contains(t, errOut, "--all")
-	require.Contains(t, ok(t, append([]string{"dlq", "redrive", brokers, "--topic=" + s.dlq, "--reason=bug 42", "--dry-run"}, dbFlags...)...), "would re-drive")
+	require.Contains(t, ok(t, append([]string{"dlq", "redrive", brokers, "--topic=" + s.dlq, "--reason=bug 42", "--dry-run"}, dbFlags...)...), "would be redriven")
 	require.Zero(t, s.callsOf(bad.ID))
 	s.fix()
 	out = ok(t, append([]string{"dlq", "redrive", brokers, "--topic=" + s.dlq, "--reason=bug 42", "--note=fixed in v2"}, dbFlags...)...)

@@ -31,7 +31,7 @@ func check(ctx context.Context, sum *Summary, wl *workload, prod *producer, w *d
 			if lost++; lost == 1 {
 				firstLost = fmt.Sprintf("; first: request %s of %s", req.ID, req.ConversationID)
 				if d, dead := deadLetters[req.ID]; dead {
-					firstLost += fmt.Sprintf(", dead-lettered after %s attempts: %s", d.Attempts, d.Reason)
+					firstLost += fmt.Sprintf(", dead-lettered after %d attempts: %s", d.Attempts, d.Reason)
 				}
 			}
 			continue

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/turnstile-go/turnstile/examples/internal/demo"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // saramaConfig is the base of every Kafka client of the quickstart (demo.ClientConfig).
@@ -29,7 +30,7 @@ type producer struct {
 }
 
 func (p *producer) run(ctx context.Context, brokers []string, wl *workload) error {
-	sp, err := sarama.NewSyncProducer(brokers, demo.RequestsProducer(saramaConfig()))
+	sp, err := sarama.NewSyncProducer(brokers, turntest.IdempotentProducer(saramaConfig()))
 	if err != nil {
 		return fmt.Errorf("quickstart: requests producer: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/turnstile-go/turnstile/deadletter"
 	"github.com/turnstile-go/turnstile/examples/internal/demo"
 	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/turn"
@@ -96,11 +97,11 @@ func check(ctx context.Context, rep *Report, mb *mailbag, w *demo.Watcher, ag *a
 			}
 		}
 	}
-	rep.Checks.Add(dead && !replied && d.Attempts == "3" && poisonCalls == MaxAttempts && len(deadLetters) == 1 &&
+	rep.Checks.Add(dead && !replied && d.Attempts == MaxAttempts && poisonCalls == MaxAttempts && len(deadLetters) == 1 &&
 		strings.Contains(d.Reason, "3 attempts exhausted") && strings.Contains(d.Reason, "context window") && answered == behind,
 		"the poison email is in the dead-letter topic after 3 attempts, with its reason",
-		"%s on %s: attempts=%s, reason=%q, %d bytes; the model was called %d times; %d of %d other emails of partition %d answered",
-		mb.poison.ConversationID, DeadLetterTopic, d.Attempts, oneLine(d.Reason, 200), d.ValueBytes, poisonCalls, answered, behind, rep.Partition)
+		"%s on %s: attempts=%d, reason=%q, %d bytes; the model was called %d times; %d of %d other emails of partition %d answered",
+		mb.poison.ConversationID, DeadLetterTopic, d.Attempts, oneLine(d.Reason, 200), len(d.Value), poisonCalls, answered, behind, rep.Partition)
 
 	// Every second email answered from what the first one said.
 	var outOfContext []string
@@ -179,10 +180,10 @@ func (r Report) print(out io.Writer) {
 	}
 	fmt.Fprintf(out, "\ndead letters on %s:\n", DeadLetterTopic)
 	dl := slices.Clone(r.DeadLetters)
-	slices.SortFunc(dl, func(a, b demo.DeadLetter) int { return strings.Compare(a.RequestID, b.RequestID) })
+	slices.SortFunc(dl, func(a, b deadletter.Letter) int { return strings.Compare(a.RequestID, b.RequestID) })
 	for _, d := range dl {
-		fmt.Fprintf(out, "  %s (request %s, from partition %s, %d bytes): attempts=%s reason=%q\n",
-			d.Conversation, d.RequestID, d.SourcePartition, d.ValueBytes, d.Attempts, oneLine(d.Reason, 200))
+		fmt.Fprintf(out, "  %s (request %s, from partition %d, %d bytes): attempts=%d reason=%q\n",
+			d.ConversationID, d.RequestID, d.Source.Partition, len(d.Value), d.Attempts, oneLine(d.Reason, 200))
 	}
 	fmt.Fprintf(out, "\nsummary\n")
 	fmt.Fprintf(out, "  %d emails from %d customers, %d replies (%d result records), %d refunds (%d refund requests), %d dead letter(s), %s\n",

@@ -11,6 +11,7 @@ import (
 
 	"github.com/turnstile-go/turnstile/examples/internal/demo"
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // Topic names of the support inbox.
@@ -39,7 +40,7 @@ func saramaConfig(clientID string) *sarama.Config {
 // produce sends the emails in order, keyed by conversation and placed by murmur2, with an
 // idempotent producer whose records may be as large as MaxRecordBytes.
 func produce(brokers []string, emails []turn.Request) error {
-	p, err := sarama.NewSyncProducer(brokers, demo.RequestsProducer(saramaConfig("support-mail-gateway")))
+	p, err := sarama.NewSyncProducer(brokers, turntest.IdempotentProducer(saramaConfig("support-mail-gateway")))
 	if err != nil {
 		return fmt.Errorf("supportinbox: producer: %w", err)
 	}

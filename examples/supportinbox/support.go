@@ -15,6 +15,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	"github.com/IBM/sarama"
+	"github.com/turnstile-go/turnstile/deadletter"
 	"github.com/turnstile-go/turnstile/examples/internal/demo"
 	"github.com/turnstile-go/turnstile/inbox/sqlinbox"
 	"github.com/turnstile-go/turnstile/session/sqlsession"
@@ -91,7 +92,7 @@ type Report struct {
 	// it got, repeats included.
 	Refunds, RefundCalls int
 	// DeadLetters are the records on the dead-letter topic, one per request id.
-	DeadLetters []demo.DeadLetter
+	DeadLetters []deadletter.Letter
 	// Protagonist's partition, and the story of the redeploy.
 	Partition int32
 	Redeploy  string

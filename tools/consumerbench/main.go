@@ -7,6 +7,7 @@
 //	go run ./tools/consumerbench -scenario latency    # added latency at half the by-partition maximum rate
 //	go run ./tools/consumerbench -scenario stores     # PostgreSQL and SQLite stores vs memory stores, 50 ms model
 //	go run ./tools/consumerbench -scenario memory     # peak RSS with a 1,000,000-record backlog (broker in a child process)
+//	go run ./tools/consumerbench -scenario scale      # 4,096 turns in flight, 2 s model, memory and PostgreSQL stores: turns/s, RSS, goroutines
 //	go run ./tools/consumerbench -scenario txn        # transactional mode vs default: throughput and read_committed latency
 //	go run ./tools/consumerbench -scenario ratelimit  # 150 requests: control vs with one always rate-limited request
 //	go run ./tools/consumerbench -scenario telemetry  # tracing and metrics on (OpenTelemetry SDK, no-op exporter) vs off;
@@ -52,6 +53,7 @@ type options struct {
 	backlogTopic  string
 	memPartitions string
 	modelDelay    time.Duration
+	stores        string
 }
 
 // quiet logs errors only: a benchmark's output is its table.
@@ -59,7 +61,7 @@ var quiet = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: 
 
 func main() {
 	var o options
-	flag.StringVar(&o.scenario, "scenario", "overhead", "overhead, slow, pc, latency, stores, memory, telemetry, txn or ratelimit")
+	flag.StringVar(&o.scenario, "scenario", "overhead", "overhead, slow, pc, latency, stores, memory, scale, telemetry, txn or ratelimit")
 	flag.IntVar(&o.records, "records", 0, "records per run (0: the scenario's default)")
 	flag.IntVar(&o.partitions, "partitions", 12, "partitions of the requests topic")
 	flag.IntVar(&o.keys, "keys", 1000, "conversations (record keys)")
@@ -68,6 +70,7 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", time.Minute, "how long -scenario memory consumes")
 	flag.StringVar(&o.memPartitions, "memory-partitions", "12,48", "partition counts for -scenario memory")
 	flag.DurationVar(&o.modelDelay, "model", 0, "the model's time per turn in -scenario telemetry (0: instant) and ratelimit (0: 20 ms, then 200 ms)")
+	flag.StringVar(&o.stores, "stores", "memory", "internal: the stores of a scale-one process (memory or postgres)")
 	flag.BoolVar(&o.brokerMode, "broker", false, "internal: run as the broker process of -scenario memory")
 	flag.StringVar(&o.backlogTopic, "backlog-topic", "", "internal: topic the broker process fills")
 	traceFile := flag.String("trace", "", "write an execution trace of the run to this file (go tool trace -pprof=sched|sync|net)")
@@ -154,6 +157,10 @@ func main() {
 		err = rateLimitScenario(ctx, o)
 	case o.scenario == "memory-one":
 		err = memoryOne(ctx, o)
+	case o.scenario == "scale":
+		err = scale(ctx, o)
+	case o.scenario == "scale-one":
+		err = scaleOne(ctx, o)
 	default:
 		err = fmt.Errorf("unknown -scenario %q", o.scenario)
 	}

@@ -52,38 +52,12 @@ func memory(ctx context.Context, o options) error {
 
 // memoryOne is one partition count of the memory scenario, in a process of its own.
 func memoryOne(ctx context.Context, o options) error {
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
 	topic := fmt.Sprintf("backlog-%d", o.partitions)
-	broker := exec.CommandContext(ctx, self, "-broker", "-backlog-topic", topic,
-		"-records", strconv.Itoa(o.records), "-partitions", strconv.Itoa(o.partitions), "-keys", strconv.Itoa(o.keys))
-	broker.Stderr = os.Stderr
-	stdin, err := broker.StdinPipe() // closing it stops the broker
+	brokers, stopBroker, err := brokerProcess(ctx, topic, o)
 	if err != nil {
 		return err
 	}
-	stdout, err := broker.StdoutPipe()
-	if err != nil {
-		return err
-	}
-	if err := broker.Start(); err != nil {
-		return err
-	}
-	defer func() {
-		stdin.Close()
-		_ = broker.Wait()
-	}()
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		return fmt.Errorf("broker process: %w", err)
-	}
-	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "READY ")
-	if !ok {
-		return fmt.Errorf("broker process said %q", line)
-	}
-	brokers := strings.Split(addr, ",")
+	defer stopBroker()
 
 	// The stores live in a SQLite file: in-memory stores would keep every turn in this
 	// process and measure the data, not the consumer.
@@ -130,6 +104,45 @@ func memoryOne(ctx context.Context, o options) error {
 	}
 	row(o.partitions, st.Turns, fmt.Sprintf("%.1f", float64(ru.Maxrss)/1024), st.PeakBuffered, peakG, startGoroutines)
 	return nil
+}
+
+// brokerProcess starts the broker in a child process (this program with -broker) with
+// o.records records of o.keys keys on topic's o.partitions partitions, and returns its
+// addresses; stop ends it.
+func brokerProcess(ctx context.Context, topic string, o options) (brokers []string, stop func(), err error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, nil, err
+	}
+	broker := exec.CommandContext(ctx, self, "-broker", "-backlog-topic", topic,
+		"-records", strconv.Itoa(o.records), "-partitions", strconv.Itoa(o.partitions), "-keys", strconv.Itoa(o.keys))
+	broker.Stderr = os.Stderr
+	stdin, err := broker.StdinPipe() // closing it stops the broker
+	if err != nil {
+		return nil, nil, err
+	}
+	stdout, err := broker.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := broker.Start(); err != nil {
+		return nil, nil, err
+	}
+	stop = func() {
+		stdin.Close()
+		_ = broker.Wait()
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("broker process: %w", err)
+	}
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "READY ")
+	if !ok {
+		stop()
+		return nil, nil, fmt.Errorf("broker process said %q", line)
+	}
+	return strings.Split(addr, ","), stop, nil
 }
 
 // runBroker is the broker process of the memory scenario: it starts kfake, creates the

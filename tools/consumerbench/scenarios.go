@@ -29,6 +29,7 @@ type member struct {
 	tune     func(*consumer.Config)
 	onClaim  func()                    // called once, when the member first holds a partition
 	until    func(consumer.Stats) bool // when the run is over; nil: every record received
+	inline   bool                      // turn.Runner.InlineModel
 }
 
 // runTurnstile serves n records of requests with one turnstile member and returns the time
@@ -38,7 +39,7 @@ func runTurnstile(ctx context.Context, brokers []string, requests, results strin
 	if m.sessions == nil {
 		m.sessions, m.inbox = session.NewMemoryStore(), inbox.NewMemoryInbox()
 	}
-	r := &turn.Runner{Model: m.model, Sessions: m.sessions, Inbox: m.inbox}
+	r := &turn.Runner{Model: m.model, Sessions: m.sessions, Inbox: m.inbox, InlineModel: m.inline}
 	cfg := consumer.Config{
 		Brokers: brokers, GroupID: fmt.Sprintf("turnstile-%d", topicSeq.Add(1)), RequestsTopic: requests,
 		ResultsTopic: results, DeadLetterTopic: requests + ".dlq", CommitInterval: 100 * time.Millisecond,

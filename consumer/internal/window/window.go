@@ -17,7 +17,8 @@
 // owner), Unsent (a handed-off outcome that will never be acknowledged: the record stays
 // Sending) and SendFailed (the handoff itself failed: back to Running). A key's next record
 // may start once the one before it has been handed off (Sent) or completed, so a key's
-// outcomes reach the producer in offset order.
+// outcomes reach the producer in offset order. TakeQueued adds a key's queued records to the
+// turn Start began, for a handler that takes several records of one key in one call.
 package window
 
 import "fmt"
@@ -73,12 +74,13 @@ func (r *Record[T]) State() State { return r.state }
 // Key returns the ordering key the record was pushed with.
 func (r *Record[T]) Key() string { return r.key.name }
 
-// queue holds the records of one key that have not been handed off, in offset order. While
-// busy, pending[0] is running.
+// queue holds the records of one key that have not been handed off, in offset order. Its
+// first inTurn records are running (one, or a batch taken by TakeQueued); the key's next record
+// may start once none is.
 type queue[T any] struct {
 	name    string
 	pending []*Record[T]
-	busy    bool // pending[0] is running
+	inTurn  int  // pending[:inTurn] are running
 	ready   bool // in the window's ready list
 }
 
@@ -132,16 +134,17 @@ func New[T any](limits Limits) *Window[T] {
 }
 
 // Push adds r (its Offset above every record pushed before, its Value set) to the end of the
-// window and to key's queue, as Queued. It returns Ready when r may start at once and Filled
+// window and to key's queue, as Queued; key is read, not kept (a lookup by bytes makes no
+// string, so only a key's first record costs one). It returns Ready when r may start at once and Filled
 // when the window just reached MaxBuffered. After Close it adds nothing and returns false.
-func (w *Window[T]) Push(r *Record[T], key string) (Event, bool) {
+func (w *Window[T]) Push(r *Record[T], key []byte) (Event, bool) {
 	if w.closed {
 		return 0, false
 	}
-	q := w.keys[key]
+	q := w.keys[string(key)]
 	if q == nil {
-		q = &queue[T]{name: key}
-		w.keys[key] = q
+		q = &queue[T]{name: string(key)}
+		w.keys[q.name] = q
 	}
 	r.key, r.state = q, Queued
 	w.records = append(w.records, r)
@@ -159,7 +162,7 @@ func (w *Window[T]) Push(r *Record[T], key string) (Event, bool) {
 
 // makeReady puts q on the ready list if its next record may start.
 func (w *Window[T]) makeReady(q *queue[T]) bool {
-	if q.busy || q.ready || len(q.pending) == 0 || (w.closed && q.pending[0].Offset >= w.limit) {
+	if q.inTurn > 0 || q.ready || len(q.pending) == 0 || (w.closed && q.pending[0].Offset >= w.limit) {
 		return false
 	}
 	q.ready = true
@@ -188,15 +191,37 @@ func (w *Window[T]) Start() *Record[T] {
 	q := w.ready[0]
 	w.ready[0] = nil
 	w.ready = w.ready[1:]
-	q.ready, q.busy = false, true
+	q.ready, q.inTurn = false, 1
 	r := q.pending[0]
 	r.state = Running
 	w.running++
 	return r
 }
 
+// TakeQueued takes up to n more records of the key of r, which Start just returned, for the
+// same turn (a batch handed over in one call): the key's queued records that follow r, in
+// offset order, up to the first that may not start (after Close, one above the gap records'
+// limit). They become Running and count as running; each then ends as a record of its own
+// (Sent, Complete, SendFailed, Abandoned), in offset order, and the key's next record may
+// start once all of them have been handed off.
+func (w *Window[T]) TakeQueued(r *Record[T], n int) []*Record[T] {
+	q := r.key
+	var out []*Record[T]
+	for len(out) < n && q.inTurn < len(q.pending) {
+		x := q.pending[q.inTurn]
+		if x.state != Queued || (w.closed && x.Offset >= w.limit) {
+			break
+		}
+		x.state = Running
+		q.inTurn++
+		w.running++
+		out = append(out, x)
+	}
+	return out
+}
+
 // Abandoned ends a Running record's turn without an outcome (revoke, shutdown, a late turn): the record stays
-// Running, below the watermark, and its key stays busy, so the partition's next owner reads
+// Running, below the watermark, and its key stays in its turn, so the partition's next owner reads
 // it and its key's later records again.
 func (w *Window[T]) Abandoned() { w.running-- }
 
@@ -240,12 +265,16 @@ func (w *Window[T]) Acked(r *Record[T]) Event {
 // publish was abandoned): it stays Sending, below the watermark, for the next owner.
 func (w *Window[T]) Unsent() { w.sending-- }
 
-// finishKey takes r off its key's queue and makes the key's next record ready.
+// finishKey takes r, the first of its key's running records, off its key's queue and, once
+// none of the key's records runs, makes the key's next record ready.
 func (w *Window[T]) finishKey(r *Record[T]) Event {
 	q := r.key
 	q.pending[0] = nil
 	q.pending = q.pending[1:]
-	q.busy = false
+	q.inTurn--
+	if q.inTurn > 0 {
+		return 0
+	}
 	if len(q.pending) == 0 {
 		delete(w.keys, q.name)
 		return 0

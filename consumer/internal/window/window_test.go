@@ -20,6 +20,7 @@ import (
 //	abandon            Abandoned
 //	unsent             Unsent
 //	stage OFFSET       Stage; want: the offsets released, in order ("" for none)
+//	take OFFSET N      TakeQueued(OFFSET's record, N); want: the offsets taken
 //	close              Close; want: the events
 //	stop               Stop
 //
@@ -78,7 +79,7 @@ func (h *harness) run(s step) {
 		_, err := fmt.Sscan(f[1], &off)
 		require.NoError(h.t, err)
 		r := &Record[string]{Offset: off, Value: "v" + f[1]}
-		ev, ok := h.w.Push(r, f[2])
+		ev, ok := h.w.Push(r, []byte(f[2]))
 		if !ok {
 			got = "refused"
 		} else {
@@ -111,6 +112,15 @@ func (h *harness) run(s step) {
 		for _, r := range h.w.Stage(h.rec(f[1])) {
 			offs = append(offs, fmt.Sprint(r.Offset))
 			h.inTxn[r.Offset] = true
+		}
+		got = strings.Join(offs, " ")
+	case "take":
+		var n int
+		_, err := fmt.Sscan(f[2], &n)
+		require.NoError(h.t, err)
+		var offs []string
+		for _, r := range h.w.TakeQueued(h.rec(f[1]), n) {
+			offs = append(offs, fmt.Sprint(r.Offset))
 		}
 		got = strings.Join(offs, " ")
 	case "close":
@@ -243,6 +253,35 @@ func TestWindowTransitions(t *testing.T) {
 			{do: "complete 1", want: "advanced"},
 			{do: "complete 2", want: "advanced", mark: "3", state: "0=done 1=done 2=done 3=queued"},
 			{do: "start", want: "none"},
+		}},
+		{"a batch: a key's queued records join the turn, and end one by one", roomy, []step{
+			{do: "push 0 a", want: "ready"},
+			{do: "push 1 a"},
+			{do: "push 2 b", want: "ready"},
+			{do: "push 3 a"},
+			{do: "push 4 a"},
+			{do: "start", want: "0"},
+			{do: "take 0 2", want: "1 3", state: "0=running 1=running 2=queued 3=running 4=queued"},
+			{do: "start", want: "2"},
+			{do: "complete 0", want: "advanced", mark: "1"},
+			{do: "start", want: "none"},
+			{do: "complete 1", want: "advanced", mark: "2"},
+			{do: "begin 3"},
+			{do: "sent 3", want: "ready"},
+			{do: "start", want: "4"},
+			{do: "take 4 5", want: ""},
+			{do: "complete 2", want: "advanced", mark: "3"},
+			{do: "ack 3", want: "advanced", mark: "4"},
+		}},
+		{"a batch takes no gap record's neighbours above the limit after close", roomy, []step{
+			{do: "push 0 a", want: "ready"},
+			{do: "push 1 a"},
+			{do: "push 2 b", want: "ready"},
+			{do: "push 3 a"},
+			{do: "start", want: "0"},
+			{do: "start", want: "2"},
+			{do: "close"},
+			{do: "take 0 5", want: "1"},
 		}},
 		{"close frees a filled window", Limits{MaxBuffered: 2, MaxInFlight: 10}, []step{
 			{do: "push 0 a", want: "ready"},
@@ -386,9 +425,9 @@ func TestWindowCountsAndExhausted(t *testing.T) {
 	t.Parallel()
 	w := New[int](roomy)
 	a, b := &Record[int]{Offset: 0}, &Record[int]{Offset: 1}
-	_, ok := w.Push(a, "k")
+	_, ok := w.Push(a, []byte("k"))
 	require.True(t, ok)
-	_, ok = w.Push(b, "k")
+	_, ok = w.Push(b, []byte("k"))
 	require.True(t, ok)
 	require.Equal(t, "k", a.Key())
 	require.Equal(t, 2, w.Len())

@@ -2,7 +2,10 @@
 // examples/supportinbox, examples/temporal) share, so that each example's own files tell only
 // its story: the base config of their Kafka clients, a watcher of the results and dead-letter
 // topics, a fleet of consumer members in one process, the PASS/FAIL checks a run ends with, and
-// the command's main (flags, signals, exit codes). Nothing here is part of turnstile's API.
+// the command's main (flags, signals, exit codes). Kafka plumbing the test kit has is the
+// kit's: the embedded broker and topics (turntest.Start, turntest.CreateTopics), the request
+// producer's settings (turntest.IdempotentProducer), and dead letters as deadletter.Parse
+// reads them. Nothing here is part of turnstile's API.
 package demo
 
 import (
@@ -38,31 +41,6 @@ func ClientConfig(clientID string) *sarama.Config {
 	sc.Consumer.Group.Rebalance.Timeout = 20 * time.Second
 	sc.Consumer.Group.Rebalance.Retry.Backoff = 100 * time.Millisecond
 	return sc
-}
-
-// RequestsProducer sets on sc what a producer of request records needs and returns sc:
-// idempotent, with acknowledgements from all in-sync replicas and one request in flight per
-// broker (so the records of a key keep their order through retries), successes returned (for
-// a SyncProducer), and murmur2 placement, the partition a Java producer picks for the key.
-func RequestsProducer(sc *sarama.Config) *sarama.Config {
-	sc.Producer.Idempotent = true
-	sc.Producer.RequiredAcks = sarama.WaitForAll
-	sc.Net.MaxOpenRequests = 1
-	sc.Producer.Retry.Max = 10
-	sc.Producer.Return.Successes = true
-	sc.Producer.Partitioner = sarama.NewMurmur2Partitioner
-	return sc
-}
-
-// Headers returns a record's headers as a map, the last value of a repeated key winning.
-func Headers(m *sarama.ConsumerMessage) map[string]string {
-	h := make(map[string]string, len(m.Headers))
-	for _, rh := range m.Headers {
-		if rh != nil {
-			h[string(rh.Key)] = string(rh.Value)
-		}
-	}
-	return h
 }
 
 // Command is an example's command line: its own flags and its run. Main adds -v.

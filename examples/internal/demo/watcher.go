@@ -9,7 +9,7 @@ import (
 
 	"github.com/IBM/sarama"
 
-	"github.com/turnstile-go/turnstile/consumer"
+	"github.com/turnstile-go/turnstile/deadletter"
 	"github.com/turnstile-go/turnstile/turn"
 )
 
@@ -19,16 +19,6 @@ type Arrival struct {
 	At time.Time
 	// Result is the decoded record.
 	Result turn.Result
-}
-
-// DeadLetter is the first record of the dead-letter topic read for a request id, as an
-// operator sees it: the consumer's headers and the size of the value (the request as it came).
-type DeadLetter struct {
-	RequestID, Conversation string
-	Reason, Error           string
-	Attempts                string
-	SourcePartition         string
-	ValueBytes              int
 }
 
 // Watcher reads the results and dead-letter topics, as the service that sends the replies and
@@ -46,7 +36,7 @@ type Watcher struct {
 	arrivals      map[string]Arrival
 	resultRecords int
 	badResults    int
-	dead          map[string]DeadLetter
+	dead          map[string]deadletter.Letter
 	deadRecords   int
 }
 
@@ -65,7 +55,7 @@ func NewWatcher(brokers []string, sc *sarama.Config, resultsTopic, deadLetterTop
 		return nil, fmt.Errorf("watcher: consumer: %w", err)
 	}
 	w := &Watcher{results: resultsTopic, deadLetters: deadLetterTopic, client: client, consumer: cons,
-		changed: make(chan struct{}, 1), arrivals: map[string]Arrival{}, dead: map[string]DeadLetter{}}
+		changed: make(chan struct{}, 1), arrivals: map[string]Arrival{}, dead: map[string]deadletter.Letter{}}
 	for _, topic := range []string{resultsTopic, deadLetterTopic} {
 		if err := w.read(topic, from); err != nil {
 			w.Close()
@@ -121,14 +111,9 @@ func (w *Watcher) record(m *sarama.ConsumerMessage) {
 		}
 	case w.deadLetters:
 		w.deadRecords++
-		h := Headers(m)
-		id := h[consumer.HeaderRequestID]
-		if _, seen := w.dead[id]; !seen {
-			w.dead[id] = DeadLetter{
-				RequestID: id, Conversation: h[consumer.HeaderConversationID], Reason: h[consumer.HeaderReason],
-				Error: h[consumer.HeaderError], Attempts: h[consumer.HeaderAttempts],
-				SourcePartition: h[consumer.HeaderSourcePartition], ValueBytes: len(m.Value),
-			}
+		d := deadletter.Parse(m)
+		if _, seen := w.dead[d.RequestID]; !seen {
+			w.dead[d.RequestID] = d
 		}
 	}
 	w.mu.Unlock()
@@ -163,8 +148,9 @@ func (w *Watcher) Results() map[string]Arrival {
 	return maps.Clone(w.arrivals)
 }
 
-// DeadLetters returns a copy of the first dead letter of each request id.
-func (w *Watcher) DeadLetters() map[string]DeadLetter {
+// DeadLetters returns a copy of the first dead letter of each request id, as an operator's
+// triage tool reads it (deadletter.Parse): the consumer's headers, and the request as it came.
+func (w *Watcher) DeadLetters() map[string]deadletter.Letter {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return maps.Clone(w.dead)

@@ -1,0 +1,160 @@
+package consumer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/turnstile-go/turnstile/consumer"
+	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turn/turnotel"
+)
+
+// handOffs is a BatchHandler that, as the Temporal bridge does, publishes nothing and records
+// what it was handed, per call. The first call waits for hold (nil: no wait), so that the
+// records produced meanwhile wait in the window.
+type handOffs struct {
+	mu      sync.Mutex
+	calls   [][]turn.Request
+	hold    chan struct{}
+	held    atomic.Bool
+	failAll bool // HandleBatch fails: the consumer falls back to Handle
+}
+
+func (h *handOffs) wait() {
+	if h.hold != nil && h.held.CompareAndSwap(false, true) {
+		<-h.hold
+	}
+}
+
+func (h *handOffs) Handle(_ context.Context, req turn.Request) (*turn.Result, error) {
+	h.wait()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.calls = append(h.calls, []turn.Request{req})
+	return nil, nil
+}
+
+func (h *handOffs) HandleBatch(_ context.Context, reqs []turn.Request) error {
+	h.wait()
+	if h.failAll {
+		return turn.Unavailable(errors.New("workflow service unavailable"))
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.calls = append(h.calls, append([]turn.Request(nil), reqs...))
+	return nil
+}
+
+// handedOff returns the requests handed off, by conversation, in the order they were, and
+// the largest call.
+func (h *handOffs) handedOff() (byConv map[string][]string, largest int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	byConv = map[string][]string{}
+	for _, call := range h.calls {
+		largest = max(largest, len(call))
+		for _, r := range call {
+			byConv[r.ConversationID] = append(byConv[r.ConversationID], r.ID)
+		}
+	}
+	return byConv, largest
+}
+
+// produceKeys produces n requests of each conversation, interleaved, and returns their ids
+// by conversation in produce order.
+func produceKeys(e *env, convs []string, n int) map[string][]string {
+	want := map[string][]string{}
+	for i := range n {
+		for _, conv := range convs {
+			req := request(conv, fmt.Sprintf("hello %d", i))
+			e.produce(req)
+			want[conv] = append(want[conv], req.ID)
+		}
+	}
+	return want
+}
+
+// A BatchHandler gets a conversation's waiting records in one call, up to MaxBatch, in offset
+// order; every record is handed off once, in its conversation's order, and committed. With
+// metrics on, each batched record counts as a turn.
+func TestBatchHandlerTakesAConversationsWaitingRecords(t *testing.T) {
+	t.Parallel()
+	e := setup(t, 1, 1)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	h := &handOffs{hold: make(chan struct{})}
+	convs := []string{"b-1", "b-2", "b-3"}
+	const perConv, maxBatch = 20, 8
+	m := e.start(memberOpts{handler: h, tune: func(cfg *consumer.Config) {
+		cfg.MaxBatch = maxBatch
+		cfg.Telemetry = turnotel.Options{MeterProvider: mp}
+	}})
+	want := produceKeys(e, convs, perConv)
+	eventually(t, func() bool { return m.c.Stats().PeakBuffered == int64(len(convs)*perConv) }, "every record in the window")
+	close(h.hold)
+	eventually(t, func() bool { return m.c.Stats().Records == int64(len(convs)*perConv) }, "every record done")
+
+	got, largest := h.handedOff()
+	require.Equal(t, want, got, "each record handed off once, in its conversation's order")
+	require.Equal(t, maxBatch, largest, "a waiting conversation goes in batches of MaxBatch")
+	st := m.c.Stats()
+	require.Positive(t, st.Batches)
+	require.Equal(t, int64(len(convs)*perConv), st.Turns)
+	require.Less(t, st.Batches, st.Batched, "batches of several records")
+	eventually(t, func() bool {
+		return e.cluster.CommittedOffset(t, e.group, e.requests, 0) == int64(len(convs)*perConv)
+	}, "every offset committed")
+	group := attribute.String("messaging.consumer.group.name", e.group)
+	turns := collect(t, reader, consumer.MetricTurns)
+	require.Equal(t, int64(len(convs)*perConv), turns[attrs(group, attribute.String("turnstile.outcome", consumer.OutcomeDone))],
+		"every record a turn in the metrics, batched or not")
+}
+
+// A batch the handler refuses is served one record at a time through Handle, in order; a
+// record that does not decode in the middle of a conversation's waiting records ends the
+// batch before it and is dead-lettered, and the records after it are handed off.
+func TestBatchFallsBackToOneByOne(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name    string
+		failAll bool
+		garbage bool
+	}{{"the batch refused", true, false}, {"a record that does not decode", false, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, 1, 1)
+			h := &handOffs{hold: make(chan struct{}), failAll: c.failAll}
+			m := e.start(memberOpts{handler: h})
+			want := produceKeys(e, []string{"f-1"}, 6)
+			n := 6
+			if c.garbage {
+				e.cluster.Produce(t, e.requests, "f-1", []byte("{not json"), nil)
+				want["f-1"] = append(want["f-1"], produceKeys(e, []string{"f-1"}, 3)["f-1"]...)
+				n += 4
+			}
+			eventually(t, func() bool { return m.c.Stats().PeakBuffered == int64(n) }, "every record in the window")
+			close(h.hold)
+			eventually(t, func() bool { return m.c.Stats().Records == int64(n) }, "every record done")
+			got, _ := h.handedOff()
+			require.Equal(t, want, got, "each decodable record handed off once, in order")
+			st := m.c.Stats()
+			if c.failAll {
+				require.Zero(t, st.Batches)
+				require.Zero(t, st.DeadLetters)
+				return
+			}
+			require.Positive(t, st.Batches)
+			require.EqualValues(t, 1, st.DeadLetters, "the record that does not decode")
+			require.Len(t, e.cluster.ReadAll(t, e.dlq, 1, wait), 1)
+		})
+	}
+}
