@@ -82,8 +82,9 @@ type conversation struct {
 //
 // It continues as new after Config.MaxTurnsPerRun turns, Config.MaxSignalsPerRun signals,
 // Config.MaxHistoryEvents history events or when the server suggests it, once every update
-// handler has finished and the signal channel is drained, carrying the pending requests, the
-// sequence mark and the dedup window. A run with nothing pending ends after
+// handler has finished and the signal channel is drained, carrying the pending requests (at
+// most Config.MaxCarriedBytes of them when the workers have an OverflowStore, which keeps the
+// rest: see carry.go), the sequence mark and the dedup window. A run with nothing pending ends after
 // Config.IdleTimeout when the workers have a StateStore (WorkerOptions.States): it saves its
 // State there, and the next request starts a new run (SignalWithStart) that loads it, so the
 // sequence mark and the dedup window survive. Without a StateStore an idle run keeps waiting.

@@ -58,7 +58,8 @@
 //     Config.MaxHistoryEvents events or when the server suggests it. Before it does, it
 //     rejects new submit updates (Submit sends them again to the next run), finishes the
 //     updates in flight (workflow.AllHandlersFinished) and drains the signal channel; the
-//     pending requests, the sequence mark and a bounded window of applied request ids travel
+//     pending requests (at most Config.MaxCarriedBytes of them, the rest in the
+//     OverflowStore), the sequence mark and a bounded window of applied request ids travel
 //     into the next run. While signals keep arriving the server refuses the continue-as-new
 //     command and retries the task, so a run's history can overshoot the thresholds a little.
 //   - A run with nothing pending ends after Config.IdleTimeout, saving its State in the

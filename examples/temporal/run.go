@@ -199,19 +199,18 @@ type member struct {
 }
 
 func startMember(w *world, ledger workflow.Ledger, log *slog.Logger) (*member, error) {
-	tap := workflow.NewHeaderTap(0)
+	// The consumer hands the bridge each request with its record's headers (traceparent): no
+	// HeaderTap is needed.
 	b, err := workflow.NewBridge(w.client, workflow.BridgeOptions{
-		TaskQueue: TaskQueue, Tap: tap, Ledger: ledger, Logger: log,
+		TaskQueue: TaskQueue, Ledger: ledger, Logger: log,
 		Config: workflow.Config{MaxTurnsPerRun: 50, SearchAttributes: true},
 	})
 	if err != nil {
 		return nil, err
 	}
-	sc := turntest.Config()
-	sc.Consumer.Interceptors = []sarama.ConsumerInterceptor{tap}
 	c, err := consumer.New(consumer.Config{
 		Brokers: w.brokers, GroupID: group, RequestsTopic: RequestsTopic, ResultsTopic: ResultsTopic,
-		DeadLetterTopic: DeadLetterTopic, Sarama: sc, Logger: log, CommitInterval: 200 * time.Millisecond,
+		DeadLetterTopic: DeadLetterTopic, Sarama: turntest.Config(), Logger: log, CommitInterval: 200 * time.Millisecond,
 	}, b)
 	if err != nil {
 		return nil, err

@@ -119,9 +119,10 @@ func newWorker(c client.Client, st *stores, brokers []string, model turn.ModelCl
 	if err != nil {
 		return nil, err
 	}
-	wk := tworker.New(c, TaskQueue, tworker.Options{})
 	runner := &turn.Runner{Model: model, Sessions: st.sessions, Inbox: st.inbox, TurnTimeout: 30 * time.Second, Logger: log}
-	if err := workflow.Register(wk, workflow.WorkerOptions{Runner: runner, Publisher: pub, States: st.ledger, HeartbeatTimeout: heartbeatTimeout, Logger: log}); err != nil {
+	// NewWorker: its Stop lets the turns in flight finish (WorkerStopTimeout = StopTimeout).
+	wk, err := workflow.NewWorker(c, TaskQueue, tworker.Options{}, workflow.WorkerOptions{Runner: runner, Publisher: pub, States: st.ledger, HeartbeatTimeout: heartbeatTimeout, Logger: log})
+	if err != nil {
 		return nil, err
 	}
 	return wk, wk.Start()
