@@ -108,6 +108,7 @@ func (c *conversation) loadOverflow(ctx twf.Context) error {
 	}
 	keep := slices.DeleteFunc(slices.Clone(got), func(e Envelope) bool { return c.recentSet[e.Request.ID] })
 	at := min(c.Older, len(c.Pending))
+	c.Pending = append(c.Pending[:at:at], c.dedupNewer(keep, c.Pending[at:])...)
 	c.Pending = slices.Insert(c.Pending, at, keep...)
 	c.Older = at + len(keep)
 	c.OverflowFrom += int64(len(got))
@@ -116,6 +117,26 @@ func (c *conversation) loadOverflow(ctx twf.Context) error {
 		c.Overflow, c.Older = 0, 0
 	}
 	return nil
+}
+
+// dedupNewer returns newer (the requests that arrived after the loaded ones) without the
+// copies of a loaded request (the same id, user and conversation: a redelivery, which
+// accept could not see while the first copy waited in the store), as accept drops a copy of
+// a pending request; a copy the consumer dead-lettered marks the loaded one, as
+// markDeadLettered does.
+func (c *conversation) dedupNewer(loaded, newer []Envelope) []Envelope {
+	type key struct{ id, user, conv string }
+	index := make(map[key]int, len(loaded))
+	for i, e := range loaded {
+		index[key{e.Request.ID, e.Request.UserID, e.Request.ConversationID}] = i
+	}
+	return slices.DeleteFunc(slices.Clone(newer), func(e Envelope) bool {
+		i, ok := index[key{e.Request.ID, e.Request.UserID, e.Request.ConversationID}]
+		if ok && e.DeadLettered != "" && loaded[i].DeadLettered == "" {
+			loaded[i].DeadLettered = e.DeadLettered
+		}
+		return ok
+	})
 }
 
 // envelopeSize is the encoded size of env in the continue-as-new input.

@@ -27,7 +27,7 @@ func TestBoundedCarryKeepsOrder(t *testing.T) {
 	t.Parallel()
 	u := newUnit(t)
 	const conv = "c-carry"
-	cfg := Config{MaxTurnsPerRun: 5, MaxCarriedBytes: 2000, DedupWindow: 3, IdleTimeout: time.Minute}
+	cfg := Config{MaxTurnsPerRun: 5, MaxCarriedBytes: 2000, DedupWindow: 60, IdleTimeout: time.Minute}
 	var sent []turn.Request
 	batch := func(n int) []turn.Request {
 		var out []turn.Request
@@ -56,6 +56,17 @@ func TestBoundedCarryKeepsOrder(t *testing.T) {
 		case 2:
 			arrivals = batch(10) // while requests wait in the store
 		}
+		var again []turn.Request
+		if run == 2 {
+			// Redeliveries of requests that wait in the store: the next one to come back and
+			// the last (its copy is stored behind it), both dropped.
+			require.Positive(t, st.Overflow)
+			u.states.mu.Lock()
+			next := u.states.overflow[conv][st.OverflowFrom]
+			u.states.mu.Unlock()
+			require.NotEmpty(t, next.Request.ID, "position %d of %v", st.OverflowFrom, st)
+			again = []turn.Request{next.Request, sent[39]}
+		}
 		if len(arrivals) > 0 {
 			delay := time.Second // run 0 waits for them; later runs have work at once
 			if run > 0 {
@@ -63,6 +74,9 @@ func TestBoundedCarryKeepsOrder(t *testing.T) {
 			}
 			env.RegisterDelayedCallback(func() {
 				for _, r := range arrivals {
+					env.SignalWorkflowSkippingWorkflowTask(SignalName, batchOf(r))
+				}
+				for _, r := range again {
 					env.SignalWorkflowSkippingWorkflowTask(SignalName, batchOf(r))
 				}
 				env.SignalWorkflow(SignalName, batchOf(arrivals[0])) // a duplicate
@@ -91,6 +105,25 @@ func TestBoundedCarryKeepsOrder(t *testing.T) {
 		want[i] = r.ID
 	}
 	require.Equal(t, want, got, "every request once, in arrival order")
+	require.Equal(t, want, u.publisher.resultIDs(), "one result per request: the redeliveries were dropped")
+}
+
+// A request loaded back from the store drops its copies that came in meanwhile (a
+// redelivery accept could not see), and takes the dead-letter mark of a copy the consumer
+// dead-lettered; other requests stay, in order.
+func TestDedupNewerDropsCopies(t *testing.T) {
+	t.Parallel()
+	c := &conversation{}
+	a, b, other := request("c", 1, "a"), request("c", 2, "b"), request("c", 3, "other")
+	stranger := a
+	stranger.UserID = "u-2"
+	loaded := []Envelope{{Request: a}, {Request: b}}
+	newer := []Envelope{{Request: other}, {Request: a}, {Request: stranger}, {Request: b, DeadLettered: "refused"}}
+	got := c.dedupNewer(loaded, newer)
+	require.Equal(t, []Envelope{{Request: other}, {Request: stranger}}, got, "copies of a and b go; another user's request of a's id stays")
+	require.Equal(t, "refused", loaded[1].DeadLettered, "b carries the consumer's dead letter")
+	require.Empty(t, loaded[0].DeadLettered)
+	require.Len(t, newer, 4, "newer itself is left as it was")
 }
 
 // Both stores keep the overflow by position, load it back in order within the byte bound,

@@ -35,7 +35,8 @@ const recordVersion = "v1"
 // nil, modifies the workflow.
 func replayer(beforeTurn func(twf.Context)) tworker.WorkflowReplayer {
 	r := tworker.NewWorkflowReplayer()
-	a := &worker{opts: WorkerOptions{Runner: &turn.Runner{}, States: &MemoryLedger{}}, beforeTurn: beforeTurn}
+	states := &MemoryLedger{}
+	a := &worker{opts: WorkerOptions{Runner: &turn.Runner{}, States: states}, overflow: states, beforeTurn: beforeTurn}
 	r.RegisterWorkflowWithOptions(a.Conversation, twf.RegisterOptions{Name: WorkflowName})
 	return r
 }
@@ -73,10 +74,7 @@ func TestReplayDetectsNonDeterminism(t *testing.T) {
 // directory: a conversation with a duplicate, a gap filled later, a submit update, search
 // attributes, a continue-as-new and an idle end.
 func TestDevServerRecordHistories(t *testing.T) {
-	dir := os.Getenv(envRecordHistories)
-	if dir == "" {
-		t.Skipf("set %s to a directory to record the replay test's histories", envRecordHistories)
-	}
+	dir := recordDir(t)
 	s := newStack(t, 1)
 	s.startWorker(nil)
 	b := s.bridge(BridgeOptions{Config: Config{SearchAttributes: true, MaxTurnsPerRun: 3, IdleTimeout: 2 * time.Second}})
@@ -90,16 +88,10 @@ func TestDevServerRecordHistories(t *testing.T) {
 	_, err := b.Submit(ctx, r4)
 	require.NoError(t, err)
 	id := b.WorkflowID(conv)
-	require.Eventually(t, func() bool {
-		resp, err := s.client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: fmt.Sprintf("WorkflowId = '%s' AND ExecutionStatus = 'ContinuedAsNew'", id)})
-		return err == nil && len(resp.Executions) == 1
-	}, wait, 100*time.Millisecond, "the first run continued as new")
+	s.waitRuns(id, "ContinuedAsNew", 1, "the first run continued as new")
 	_, err = b.Handle(ctx, r5) // a turn of the second run
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		resp, err := s.client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: fmt.Sprintf("WorkflowId = '%s' AND ExecutionStatus = 'Completed'", id)})
-		return err == nil && len(resp.Executions) == 1
-	}, wait, 100*time.Millisecond, "the last run ends idle")
+	s.waitRuns(id, "Completed", 1, "the last run ends idle")
 	resp, err := s.client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: fmt.Sprintf("WorkflowId = '%s'", id)})
 	require.NoError(t, err)
 	require.Len(t, resp.Executions, 2)
@@ -111,6 +103,26 @@ func TestDevServerRecordHistories(t *testing.T) {
 		}
 		writeHistory(t, s.client, id, e.Execution.RunId, filepath.Join(dir, name))
 	}
+}
+
+// recordDir returns the directory envRecordHistories names, or skips the test.
+func recordDir(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv(envRecordHistories)
+	if dir == "" {
+		t.Skipf("set %s to a directory to record the replay test's histories", envRecordHistories)
+	}
+	return dir
+}
+
+// waitRuns waits until the visibility store lists n runs of workflowID with status.
+func (s *stack) waitRuns(workflowID, status string, n int, why string) {
+	s.t.Helper()
+	require.Eventually(s.t, func() bool {
+		resp, err := s.client.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{
+			Query: fmt.Sprintf("WorkflowId = '%s' AND ExecutionStatus = '%s'", workflowID, status)})
+		return err == nil && len(resp.Executions) == n
+	}, wait, 100*time.Millisecond, why)
 }
 
 func writeHistory(t *testing.T, c client.Client, id, runID, path string) {
@@ -125,4 +137,42 @@ func writeHistory(t *testing.T, c client.Client, id, runID, path string) {
 	data, err := protojson.MarshalOptions{Indent: "  "}.Marshal(&h)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(path, data, 0o644))
+}
+
+// TestDevServerRecordOverflowHistories records, when envRecordHistories names a directory, the
+// histories of a backlog over Config.MaxCarriedBytes (versionBoundedCarry): a run that stores
+// the overflow at continue-as-new, runs that load it back and store what came in meanwhile,
+// and the last run, which ends idle (history_overflow_N.json, one per run in order).
+func TestDevServerRecordOverflowHistories(t *testing.T) {
+	dir := recordDir(t)
+	s := newStack(t, 1)
+	s.startWorker(nil)
+	b := s.bridge(BridgeOptions{Config: Config{MaxTurnsPerRun: 4, MaxCarriedBytes: 1500, IdleTimeout: 2 * time.Second}})
+	conv := s.cluster.Unique("rec-overflow")
+	ctx := context.Background()
+	var first, later []turn.Request
+	for seq := int64(1); seq <= 14; seq++ {
+		first = append(first, request(conv, seq, fmt.Sprintf("m%d", seq)))
+	}
+	require.NoError(t, b.HandOff(ctx, first))
+	s.waitApplied(b, conv, 2)
+	for seq := int64(15); seq <= 18; seq++ {
+		later = append(later, request(conv, seq, fmt.Sprintf("m%d", seq)))
+	}
+	require.NoError(t, b.HandOff(ctx, later))
+	s.waitApplied(b, conv, 18)
+	require.Equal(t, int64(18), int64(len(s.model.sequences())))
+	id := b.WorkflowID(conv)
+	s.waitRuns(id, "Completed", 1, "the last run ends idle")
+	resp, err := s.client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: fmt.Sprintf("WorkflowId = '%s'", id)})
+	require.NoError(t, err)
+	overflowed := false
+	for _, in := range s.continuedInputs(id) {
+		overflowed = overflowed || in.state.Overflow > 0
+	}
+	require.True(t, overflowed, "a run stored overflow")
+	for i, e := range resp.Executions {
+		n := len(resp.Executions) - i // the list is newest first
+		writeHistory(t, s.client, id, e.Execution.RunId, filepath.Join(dir, fmt.Sprintf("history_overflow_%d.json", n)))
+	}
 }
