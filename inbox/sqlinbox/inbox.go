@@ -87,6 +87,21 @@ type Options struct {
 	// that is set below it; a negative value leaves the pool as you configured it (check it
 	// with CheckPool). The session/sqlsession Options.Concurrency doc says why it matters.
 	Concurrency int
+	// Batch turns on the batching of writes across concurrent callers. Batched: the Begins
+	// of concurrent callers are made in one INSERT statement (one commit for all), and the
+	// completions that CompleteTx joins to a batched transaction of a session/sqlsession Store
+	// whose Options.Batch is on are made in one UPDATE at the end of that transaction. Every
+	// caller still returns only after the statement or transaction holding its write
+	// committed, with its own outcome (its entry, ErrDead, ...), and a failed batch fails each
+	// of its callers; Batching says when a batch is sent, and sqldialect's Batcher.Do (here:
+	// Begin) what a cancelled caller gets: ctx.Err() with nothing written while its write
+	// waits for a batch, the batch's true outcome once it was sent.
+	//
+	// Default off (the zero Batching): a batched write waits up to Batching.Wait for others,
+	// which only pays when many turns are in flight at once (the consumer's MaxInFlight in the
+	// tens or more, a fast model); one caller alone would see each Begin slower. Size it to
+	// MaxInFlight.
+	Batch Batching
 }
 
 // DefaultConcurrency is the Options.Concurrency used when it is zero: 64, the consumer's
@@ -116,6 +131,9 @@ func (o *Options) validate() error {
 	if o.PurgeBatch < 0 {
 		return fmt.Errorf("Options.PurgeBatch: %d is negative", o.PurgeBatch)
 	}
+	if err := o.Batch.Validate(); err != nil {
+		return fmt.Errorf("Options.Batch: %w", err)
+	}
 	return nil
 }
 
@@ -126,6 +144,8 @@ type Inbox struct {
 	d     *sqldialect.Dialect
 	q     queries
 	batch int
+	// begins batches Begin when Options.Batch is on; nil otherwise.
+	begins *sqldialect.Batcher[inbox.Delivery, inbox.Entry]
 }
 
 var _ inbox.TxCompleter = (*Inbox)(nil)
@@ -136,7 +156,7 @@ const component = "inbox"
 // New returns an Inbox on db and sizes db's connection pool for Options.Concurrency. It does
 // not touch the database; call Migrate for the schema.
 // Errors: a nil db, an unknown dialect, an invalid Options.TablePrefix, a negative
-// Options.PurgeBatch, or ErrPoolTooSmall (wrapped) when Options.Concurrency is above db's
+// Options.PurgeBatch, an invalid Options.Batch (see Batching), or ErrPoolTooSmall (wrapped) when Options.Concurrency is above db's
 // MaxOpenConns.
 func New(db *sql.DB, dialect Dialect, opts Options) (*Inbox, error) {
 	if db == nil {
@@ -153,7 +173,11 @@ func New(db *sql.DB, dialect Dialect, opts Options) (*Inbox, error) {
 	if err := sqldialect.SizePool(db, opts.Concurrency); err != nil {
 		return nil, fmt.Errorf("sqlinbox: %w", err)
 	}
-	return &Inbox{db: db, d: d, q: buildQueries(d), batch: opts.PurgeBatch}, nil
+	b := &Inbox{db: db, d: d, q: buildQueries(d), batch: opts.PurgeBatch}
+	if opts.Batch.On() {
+		b.begins = sqldialect.NewBatcher(opts.Batch, d.BatchesAtOnce(), b.runBegins)
+	}
+	return b, nil
 }
 
 // Migrate creates or upgrades the inbox's table to this code's schema version. It is

@@ -19,6 +19,14 @@ func (b *Inbox) Begin(ctx context.Context, d inbox.Delivery) (inbox.Entry, error
 	if d.Key == "" {
 		return inbox.Entry{}, fmt.Errorf("%w: empty key", inbox.ErrInvalid)
 	}
+	if b.begins != nil {
+		return b.begins.Do(ctx, d.Key, d)
+	}
+	return b.beginOne(ctx, d)
+}
+
+// beginOne is Begin in a statement of its own.
+func (b *Inbox) beginOne(ctx context.Context, d inbox.Delivery) (inbox.Entry, error) {
 	var (
 		e          inbox.Entry
 		deliveries int
@@ -48,6 +56,10 @@ func (b *Inbox) Complete(ctx context.Context, key string, result []byte) error {
 func (b *Inbox) CompleteTx(ctx context.Context, tx inbox.SQLTx, key string, result []byte) error {
 	if tx == nil {
 		return fmt.Errorf("%w: nil transaction", inbox.ErrInvalid)
+	}
+	if bt, ok := tx.(*sqldialect.BatchTx); ok && key != "" {
+		b.deferCompletion(bt, key, result)
+		return nil
 	}
 	return b.complete(ctx, tx, key, result)
 }
@@ -245,7 +257,7 @@ func (b *Inbox) status(ctx context.Context, q inbox.SQLTx, key string) (status, 
 }
 
 // scanEntry reads the entryCols of one row, and the deliveries count.
-func scanEntry(row *sql.Row) (inbox.Entry, int, error) {
+func scanEntry(row interface{ Scan(...any) error }) (inbox.Entry, int, error) {
 	var (
 		e          inbox.Entry
 		status     string

@@ -146,6 +146,14 @@ func (s *Store) append(ctx context.Context, key session.Key, expectedVersion int
 	if err := t.Validate(); err != nil {
 		return session.Appended{}, err
 	}
+	if s.appends != nil {
+		return s.appends.Do(ctx, batchKey(key), appendReq{key: key, expected: expectedVersion, turn: t, join: join})
+	}
+	return s.appendOne(ctx, key, expectedVersion, t, join)
+}
+
+// appendOne is append in a transaction of its own.
+func (s *Store) appendOne(ctx context.Context, key session.Key, expectedVersion int64, t session.Turn, join session.JoinFunc) (session.Appended, error) {
 	now := time.Now()
 	tx, err := s.d.BeginWrite(ctx, s.db)
 	if err != nil {

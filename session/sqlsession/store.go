@@ -111,6 +111,26 @@ type Options struct {
 	// Zero means DefaultConcurrency (64), lowered to db's MaxOpenConns when that is set below
 	// it; a negative value leaves the pool as you configured it (check it with CheckPool).
 	Concurrency int
+	// Batch turns on the batching of appends across concurrent callers: the Appends and
+	// AppendTxs that callers make at about the same time are made in one write transaction
+	// (one UPDATE for all the version bumps, one INSERT for all the events, the joined
+	// writes, one COMMIT), so that many turns cost one commit and a few round trips. Every
+	// caller still returns only after the transaction holding its turn committed, with its
+	// own outcome (ErrConflict, a duplicate, ...); a failed transaction fails each of its
+	// callers, and none of their turns is stored. Batching says when a batch is sent, and
+	// Append what a cancelled caller gets.
+	//
+	// Batched, AppendTx may call join more than once: when another caller's join fails, the
+	// transaction is rolled back and made again without that caller, calling the others'
+	// joins again in the new transaction (only the last call's writes can commit). An
+	// inbox/sqlinbox Inbox on the same *sql.DB defers the completions CompleteTx joins to such
+	// a transaction to its end and makes all of them in one UPDATE.
+	//
+	// Default off (the zero Batching): a batched append waits up to Batching.Wait for others,
+	// which only pays when many turns are in flight at once (the consumer's MaxInFlight in the
+	// tens or more, a fast model), and a join must then be safe to call again (turn.Runner's
+	// is). Size it to MaxInFlight, as the inbox's.
+	Batch Batching
 }
 
 // DefaultConcurrency is the Options.Concurrency used when it is zero: 64, the consumer's
@@ -142,6 +162,9 @@ type Store struct {
 	// appendHook, when set (tests only), runs inside Append's transaction at two stages:
 	// "bumped" right after the version bump, "inserted" right before the commit.
 	appendHook func(ctx context.Context, stage string, tx sqldialect.Querier)
+
+	// appends batches Append and AppendTx when Options.Batch is on; nil otherwise.
+	appends *sqldialect.Batcher[appendReq, session.Appended]
 }
 
 var (
@@ -154,7 +177,8 @@ const component = "sessions"
 
 // New returns a Store on db and sizes db's connection pool for Options.Concurrency. It does
 // not touch the database; call Migrate for the schema.
-// Errors: a nil db, an unknown dialect, an invalid Options.TablePrefix, or ErrPoolTooSmall
+// Errors: a nil db, an unknown dialect, an invalid Options.TablePrefix, an invalid
+// Options.Batch (see Batching), or ErrPoolTooSmall
 // (wrapped) when Options.Concurrency is above db's MaxOpenConns.
 func New(db *sql.DB, dialect Dialect, opts Options) (*Store, error) {
 	if db == nil {
@@ -164,10 +188,17 @@ func New(db *sql.DB, dialect Dialect, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlsession: %w", err)
 	}
+	if err := opts.Batch.Validate(); err != nil {
+		return nil, fmt.Errorf("sqlsession: Options.Batch: %w", err)
+	}
 	if err := sqldialect.SizePool(db, opts.Concurrency); err != nil {
 		return nil, fmt.Errorf("sqlsession: %w", err)
 	}
-	return &Store{db: db, d: d, q: buildQueries(d)}, nil
+	s := &Store{db: db, d: d, q: buildQueries(d)}
+	if opts.Batch.On() {
+		s.appends = sqldialect.NewBatcher(opts.Batch, d.BatchesAtOnce(), s.runAppends)
+	}
+	return s, nil
 }
 
 // Migrate creates or upgrades the store's tables to this code's schema version. It is
