@@ -33,6 +33,12 @@
 // on the same *sql.DB. turn.Runner uses it with a session/sqlsession Store on that *sql.DB to
 // commit a turn and its completion together (see that package's doc).
 //
+// # Batching
+//
+// With Options.Batch on (off by default), the Begins of concurrent callers are made in one
+// statement, each caller getting its own entry once that statement committed; the
+// session/sqlsession package doc says what its own batching adds.
+//
 // # Errors
 //
 // Contract errors are the inbox package's sentinels. Infrastructure failures (a lost or
@@ -87,15 +93,13 @@ type Options struct {
 	// that is set below it; a negative value leaves the pool as you configured it (check it
 	// with CheckPool). The session/sqlsession Options.Concurrency doc says why it matters.
 	Concurrency int
-	// Batch turns on the batching of writes across concurrent callers. Batched: the Begins
-	// of concurrent callers are made in one INSERT statement (one commit for all), and the
-	// completions that CompleteTx joins to a batched transaction of a session/sqlsession Store
-	// whose Options.Batch is on are made in one UPDATE at the end of that transaction. Every
-	// caller still returns only after the statement or transaction holding its write
-	// committed, with its own outcome (its entry, ErrDead, ...), and a failed batch fails each
-	// of its callers; Batching says when a batch is sent, and sqldialect's Batcher.Do (here:
-	// Begin) what a cancelled caller gets: ctx.Err() with nothing written while its write
-	// waits for a batch, the batch's true outcome once it was sent.
+	// Batch turns on the batching of Begin across concurrent callers: their Begins are made in
+	// one INSERT statement, one row and one outcome each, one commit for all. Every caller
+	// still returns only after the statement holding its write committed, with its own entry,
+	// and a failed statement fails each of its callers; Batching says when a batch is sent,
+	// and Begin what a cancelled caller gets. (Whatever Batch says, the completions that
+	// CompleteTx joins to a batched transaction of a session/sqlsession Store are made in one
+	// UPDATE at the end of that transaction; see CompleteTx.)
 	//
 	// Default off (the zero Batching): a batched write waits up to Batching.Wait for others,
 	// which only pays when many turns are in flight at once (the consumer's MaxInFlight in the

@@ -62,3 +62,19 @@ func TestBatchedConformance(t *testing.T) {
 		})
 	}
 }
+
+// TestBatchedSuite runs inboxtest.RunBatched on batched inboxes, broken by renaming the table.
+func TestBatchedSuite(t *testing.T) {
+	t.Parallel()
+	for _, db := range sqltest.DBs {
+		t.Run(db.Name, func(t *testing.T) {
+			t.Parallel()
+			inboxtest.RunBatched(t, func(t *testing.T) inboxtest.Batched {
+				b, sqlDB := newInbox(t, db, sqlinbox.Options{Batch: batching})
+				return inboxtest.Batched{Inbox: b, Break: func(t *testing.T) func() {
+					return sqltest.BreakTable(t, sqlDB, b.TablePrefix()+"inbox")
+				}}
+			})
+		})
+	}
+}

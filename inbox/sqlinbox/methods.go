@@ -14,7 +14,10 @@ import (
 )
 
 // Begin implements inbox.Inbox in one INSERT ... ON CONFLICT DO UPDATE ... RETURNING
-// statement, so members that receive one request at once each count an attempt.
+// statement, so members that receive one request at once each count an attempt. With
+// Options.Batch on, that statement holds the Begins of concurrent callers, one row each. A
+// caller whose ctx ends while its Begin waits for a batch gets ctx.Err() and nothing is
+// written; once its batch's statement is sent, it gets that statement's outcome.
 func (b *Inbox) Begin(ctx context.Context, d inbox.Delivery) (inbox.Entry, error) {
 	if d.Key == "" {
 		return inbox.Entry{}, fmt.Errorf("%w: empty key", inbox.ErrInvalid)
@@ -52,7 +55,11 @@ func (b *Inbox) Complete(ctx context.Context, key string, result []byte) error {
 	return b.complete(ctx, nil, key, result)
 }
 
-// CompleteTx implements inbox.TxCompleter: Complete's statements, run on tx.
+// CompleteTx implements inbox.TxCompleter: Complete's statements, run on tx. On the
+// transaction of a batch of session/sqlsession appends (Options.Batch) the completion is
+// deferred to the end of that transaction, made in one UPDATE with the batch's other
+// completions before its commit: CompleteTx then returns nil, and ErrDead or ErrNotFound fail
+// that caller's append (its turn is not stored) instead.
 func (b *Inbox) CompleteTx(ctx context.Context, tx inbox.SQLTx, key string, result []byte) error {
 	if tx == nil {
 		return fmt.Errorf("%w: nil transaction", inbox.ErrInvalid)

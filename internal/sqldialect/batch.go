@@ -154,10 +154,10 @@ func cmpOr(d, def time.Duration) time.Duration {
 //
 // Cancellation: a caller whose ctx ends while its call waits for a batch to be sent gets
 // ctx.Err() and its write is not made (the call is withdrawn). Once the batch holding the call
-// is sent, the caller waits for its end and gets its true outcome: the batch goes on while the
-// context of any of its callers has not ended, and is rolled back, each call getting a context
-// error, when all have (a commit already sent then has the outcome a lost connection during
-// a commit has). A ctx that has ended before Do gets ctx.Err() at once.
+// is sent, the caller waits for its end and gets the outcome the run function gives it (a
+// run function may still leave out a call whose context ended, see Call.Ctx): the batch goes
+// on while the context of any of its callers has not ended, and its context ends when all
+// have. A ctx that has ended before Do gets ctx.Err() at once.
 func (b *Batcher[Req, Res]) Do(ctx context.Context, key string, req Req) (Res, error) {
 	var zero Res
 	if err := ctx.Err(); err != nil {

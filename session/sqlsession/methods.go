@@ -121,7 +121,11 @@ func (s *Store) Create(ctx context.Context, key session.Key, state json.RawMessa
 // Append implements session.Store, in one write transaction: bump the version where it is
 // the expected one (the conditional UPDATE is the optimistic lock) and, in the same
 // statement, learn whether the request's turn is stored (a duplicate reads it and rolls
-// back), then insert the events numbered after the old count.
+// back), then insert the events numbered after the old count. With Options.Batch on, the
+// transaction holds the appends of concurrent callers (see runAppends). A caller whose ctx
+// ends before the commit of its batch is sent gets ctx.Err() and its turn is not stored (the
+// batch leaves it out, rolling back and starting again when it had written it); once the
+// commit is sent, the caller gets the commit's outcome, as an unbatched Append would.
 func (s *Store) Append(ctx context.Context, key session.Key, expectedVersion int64, t session.Turn) (session.Appended, error) {
 	return s.append(ctx, key, expectedVersion, t, nil)
 }

@@ -115,3 +115,21 @@ func TestJointConformance(t *testing.T) {
 		})
 	}
 }
+
+// TestBatchedSuite runs sessiontest.RunBatched on batched stores (the joint pair's store, so
+// that joins can complete requests), broken by renaming the events table.
+func TestBatchedSuite(t *testing.T) {
+	t.Parallel()
+	for _, db := range sqltest.DBs {
+		t.Run(db.Name, func(t *testing.T) {
+			t.Parallel()
+			sessiontest.RunBatched(t, func(t *testing.T) sessiontest.Batched {
+				sqlDB := db.Open(t)
+				s := newStoreWith(t, db, sqlDB, sqlsession.Options{TablePrefix: sqltest.Prefix(t, sqlDB, db.Postgres), Batch: batching})
+				return sessiontest.Batched{Store: s, Break: func(t *testing.T) func() {
+					return sqltest.BreakTable(t, sqlDB, s.TablePrefix()+"events")
+				}}
+			})
+		})
+	}
+}
