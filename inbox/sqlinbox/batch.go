@@ -19,6 +19,8 @@ type Batching = sqldialect.Batching
 // DefaultBatchWait is the Batching.Wait used when it is zero.
 const DefaultBatchWait = sqldialect.DefaultBatchWait
 
+type beginCall = sqldialect.Call[inbox.Delivery, inbox.Entry]
+
 // beginCols is how many host parameters one delivery takes in the batched Begin.
 const beginCols = 5
 
@@ -29,19 +31,16 @@ const beginCols = 5
 // key. When the statement fails for a reason that is not the database's (a retryable failure)
 // nor the end of every caller's context, each delivery is tried in a statement of its own, so
 // that one caller's bad input fails that caller alone.
-func (b *Inbox) runBegins(ctx context.Context, calls []*sqldialect.Call[inbox.Delivery, inbox.Entry]) {
+func (b *Inbox) runBegins(ctx context.Context, calls []*beginCall) {
 	calls = sqldialect.LiveCalls(calls)
 	if len(calls) == 0 {
 		return
 	}
-	slices.SortFunc(calls, func(x, y *sqldialect.Call[inbox.Delivery, inbox.Entry]) int {
+	slices.SortFunc(calls, func(x, y *beginCall) int {
 		return strings.Compare(x.Req.Key, y.Req.Key)
 	})
 	got, err := b.beginMany(ctx, calls)
-	if err != nil && len(calls) > 1 && ctx.Err() == nil && !sqldialect.IsTransient(err) {
-		for _, c := range calls {
-			c.Finish(b.beginOne(c.Ctx, c.Req))
-		}
+	if sqldialect.RetryEachAlone(ctx, calls, err, func(c *beginCall) (inbox.Entry, error) { return b.beginOne(c.Ctx, c.Req) }) {
 		return
 	}
 	for _, c := range calls {
@@ -57,7 +56,7 @@ func (b *Inbox) runBegins(ctx context.Context, calls []*sqldialect.Call[inbox.De
 }
 
 // beginMany runs the batched Begin and returns the entries by key.
-func (b *Inbox) beginMany(ctx context.Context, calls []*sqldialect.Call[inbox.Delivery, inbox.Entry]) (map[string]inbox.Entry, error) {
+func (b *Inbox) beginMany(ctx context.Context, calls []*beginCall) (map[string]inbox.Entry, error) {
 	args := make([]any, 0, len(calls)*beginCols+1)
 	for _, c := range calls {
 		d := c.Req

@@ -77,6 +77,27 @@ func LiveCalls[Req, Res any](calls []*Call[Req, Res]) []*Call[Req, Res] {
 	return live
 }
 
+// RetryAlone reports whether a batch of n calls that failed with err, under the batch's ctx,
+// should be tried again one call at a time: it held several calls, its callers have not all
+// given up, and err is not an infrastructure failure (IsTransient), so that it may be one
+// call's bad input, which should fail that call alone.
+func RetryAlone(ctx context.Context, n int, err error) bool {
+	return err != nil && n > 1 && ctx.Err() == nil && !IsTransient(err)
+}
+
+// RetryEachAlone finishes each call with one's outcome for it, made one call at a time, and
+// reports true, when RetryAlone says a batch that failed with err should be; otherwise it
+// does nothing and reports false.
+func RetryEachAlone[Req, Res any](ctx context.Context, calls []*Call[Req, Res], err error, one func(c *Call[Req, Res]) (Res, error)) bool {
+	if !RetryAlone(ctx, len(calls), err) {
+		return false
+	}
+	for _, c := range calls {
+		c.Finish(one(c))
+	}
+	return true
+}
+
 // Call is one caller's write in a Batcher: its request, and the outcome the batch gives it
 // with Finish.
 type Call[Req, Res any] struct {

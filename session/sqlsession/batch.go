@@ -63,7 +63,7 @@ func (s *Store) runAppends(ctx context.Context, calls []*appendCall) {
 		}
 		out, failed, err := s.appendMany(ctx, calls)
 		switch {
-		case err != nil && len(calls) > 1 && ctx.Err() == nil && !sqldialect.IsTransient(err):
+		case sqldialect.RetryAlone(ctx, len(calls), err):
 			for _, c := range calls {
 				c.Finish(s.appendOne(c.Ctx, c.Req.key, c.Req.expected, c.Req.turn, c.Req.join))
 			}
@@ -256,4 +256,61 @@ func callJoin(ctx context.Context, join session.JoinFunc, tx session.SQLTx, even
 		}
 	}()
 	return join(ctx, tx, events)
+}
+
+// createReq is one caller's Create in a batch: the insert, without the reading of the
+// session found in its way, which the caller does on its own.
+type createReq struct {
+	key   session.Key
+	state []byte
+	now   time.Time
+}
+
+type createCall = sqldialect.Call[createReq, bool]
+
+// createCols is how many host parameters one session takes in the batched insert.
+const createCols = 5
+
+// runCreates inserts the sessions of calls in one INSERT ... ON CONFLICT DO NOTHING
+// RETURNING statement, one row each (one key at most once: the Batcher sees to it), and tells
+// each caller whether its row went in. A failure that is neither retryable nor the end of every
+// caller's context is retried one call at a time, as runAppends does.
+func (s *Store) runCreates(ctx context.Context, calls []*createCall) {
+	calls = sqldialect.LiveCalls(calls)
+	if len(calls) == 0 {
+		return
+	}
+	inserted, err := s.createMany(ctx, calls)
+	if sqldialect.RetryEachAlone(ctx, calls, err, func(c *createCall) (bool, error) { return s.createOne(c.Ctx, c.Req) }) {
+		return
+	}
+	for _, c := range calls {
+		c.Finish(inserted[batchKey(c.Req.key)], err)
+	}
+}
+
+// createMany runs the batched insert and returns the sessions it inserted, by batchKey.
+func (s *Store) createMany(ctx context.Context, calls []*createCall) (map[string]bool, error) {
+	args := make([]any, 0, len(calls)*createCols)
+	for _, c := range calls {
+		r := c.Req
+		args = append(args, r.key.App, r.key.Conversation, r.key.User, sqldialect.Bytes(r.state), s.d.Time(r.now))
+	}
+	inserted := make(map[string]bool, len(calls))
+	err := s.d.Write(ctx, s.db, func() error {
+		rows, err := s.db.QueryContext(ctx, s.q.createMany(len(calls)), args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k session.Key
+			if err := rows.Scan(&k.App, &k.Conversation); err != nil {
+				return err
+			}
+			inserted[batchKey(k)] = true
+		}
+		return rows.Err()
+	})
+	return inserted, err
 }

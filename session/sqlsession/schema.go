@@ -54,7 +54,7 @@ type queries struct {
 	get, create, owner, bump, turn, deleteSession, deleteEvents, findTurn string
 	deleteUser, deleteIdle                                                string
 	ownerID                                                               string
-	insertEvents, deleteEventsOf, bumpMany                                func(n int) string
+	insertEvents, deleteEventsOf, bumpMany, createMany                    func(n int) string
 }
 
 // bumpCols are the host parameters of one append in the batched bump.
@@ -97,6 +97,19 @@ func buildQueries(d *sqldialect.Dialect) queries {
 			VALUES ($1, $2, $3, $4, 0, 0, $5, $5)
 			ON CONFLICT (app, conversation) DO NOTHING
 			RETURNING id`),
+		createMany: func(n int) string {
+			var q strings.Builder
+			q.WriteString(`INSERT INTO {p}sessions (app, conversation, user_id, state, version, event_count, created_at, updated_at) VALUES `)
+			for i := range n {
+				if i > 0 {
+					q.WriteString(", ")
+				}
+				p := func(c int) int { return i*createCols + c }
+				fmt.Fprintf(&q, "($%d, $%d, $%d, $%d, 0, 0, $%d, $%d)", p(1), p(2), p(3), p(4), p(5), p(5))
+			}
+			q.WriteString(` ON CONFLICT (app, conversation) DO NOTHING RETURNING app, conversation`)
+			return d.Query(q.String())
+		},
 		owner:   d.Query(`SELECT user_id, version FROM {p}sessions WHERE app = $1 AND conversation = $2`),
 		ownerID: d.Query(`SELECT user_id, version, id FROM {p}sessions WHERE app = $1 AND conversation = $2`),
 		// The batched bump: bump's conditions for n appends at once (a session at most once,

@@ -119,14 +119,14 @@ type Options struct {
 	// Zero means DefaultConcurrency (64), lowered to db's MaxOpenConns when that is set below
 	// it; a negative value leaves the pool as you configured it (check it with CheckPool).
 	Concurrency int
-	// Batch turns on the batching of appends across concurrent callers: the Appends and
-	// AppendTxs that callers make at about the same time are made in one write transaction
-	// (one UPDATE for all the version bumps, one INSERT for all the events, the joined
-	// writes, one COMMIT), so that many turns cost one commit and a few round trips. Every
-	// caller still returns only after the transaction holding its turn committed, with its
-	// own outcome (ErrConflict, a duplicate, ...); a failed transaction fails each of its
-	// callers, and none of their turns is stored. Batching says when a batch is sent, and
-	// Append what a cancelled caller gets.
+	// Batch turns on the batching of writes across concurrent callers: the Creates that
+	// callers make at about the same time are made in one INSERT statement, and their Appends
+	// and AppendTxs in one write transaction (one UPDATE for all the version bumps, one INSERT
+	// for all the events, the joined writes, one COMMIT), so that many turns cost one commit
+	// and a few round trips. Every caller still returns only after the statement or
+	// transaction holding its write committed, with its own outcome (ErrExists, ErrConflict,
+	// a duplicate, ...); a failed batch fails each of its callers, and none of their writes is
+	// stored. Batching says when a batch is sent, and Append what a cancelled caller gets.
 	//
 	// Batched, AppendTx may call join more than once: when another caller's join fails, the
 	// transaction is rolled back and made again without that caller, calling the others'
@@ -173,6 +173,8 @@ type Store struct {
 
 	// appends batches Append and AppendTx when Options.Batch is on; nil otherwise.
 	appends *sqldialect.Batcher[appendReq, session.Appended]
+	// creates batches Create's insert when Options.Batch is on; nil otherwise.
+	creates *sqldialect.Batcher[createReq, bool]
 }
 
 var (
@@ -205,6 +207,7 @@ func New(db *sql.DB, dialect Dialect, opts Options) (*Store, error) {
 	s := &Store{db: db, d: d, q: buildQueries(d)}
 	if opts.Batch.On() {
 		s.appends = sqldialect.NewBatcher(opts.Batch, d.BatchesAtOnce(), s.runAppends)
+		s.creates = sqldialect.NewBatcher(opts.Batch, d.BatchesAtOnce(), s.runCreates)
 	}
 	return s, nil
 }
