@@ -40,7 +40,7 @@ func (b *Inbox) runBegins(ctx context.Context, calls []*beginCall) {
 		return strings.Compare(x.Req.Key, y.Req.Key)
 	})
 	got, err := b.beginMany(ctx, calls)
-	if sqldialect.RetryEachAlone(ctx, calls, err, func(c *beginCall) (inbox.Entry, error) { return b.beginOne(c.Ctx, c.Req) }) {
+	if sqldialect.RetryEachAlone(ctx, calls, err, func(ctx context.Context, c *beginCall) (inbox.Entry, error) { return b.beginOne(ctx, c.Req) }) {
 		return
 	}
 	for _, c := range calls {

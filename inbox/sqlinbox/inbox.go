@@ -179,7 +179,7 @@ func New(db *sql.DB, dialect Dialect, opts Options) (*Inbox, error) {
 	}
 	b := &Inbox{db: db, d: d, q: buildQueries(d), batch: opts.PurgeBatch}
 	if opts.Batch.On() {
-		b.begins = sqldialect.NewBatcher(opts.Batch, d.BatchesAtOnce(), b.runBegins)
+		b.begins = sqldialect.NewBatcher(opts.Batch, d, db, b.runBegins)
 	}
 	return b, nil
 }

@@ -2,6 +2,7 @@ package sqldialect
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
@@ -85,15 +86,15 @@ func RetryAlone(ctx context.Context, n int, err error) bool {
 	return err != nil && n > 1 && ctx.Err() == nil && !IsTransient(err)
 }
 
-// RetryEachAlone finishes each call with one's outcome for it, made one call at a time, and
-// reports true, when RetryAlone says a batch that failed with err should be; otherwise it
-// does nothing and reports false.
-func RetryEachAlone[Req, Res any](ctx context.Context, calls []*Call[Req, Res], err error, one func(c *Call[Req, Res]) (Res, error)) bool {
+// RetryEachAlone finishes each call with one's outcome for it, made one call at a time under
+// the call's CallContext, and reports true, when RetryAlone says a batch that failed with err
+// should be; otherwise it does nothing and reports false.
+func RetryEachAlone[Req, Res any](ctx context.Context, calls []*Call[Req, Res], err error, one func(ctx context.Context, c *Call[Req, Res]) (Res, error)) bool {
 	if !RetryAlone(ctx, len(calls), err) {
 		return false
 	}
 	for _, c := range calls {
-		c.Finish(one(c))
+		c.Finish(one(CallContext(ctx, c.Ctx), c))
 	}
 	return true
 }
@@ -137,6 +138,7 @@ type Batcher[Req, Res any] struct {
 	size  int
 	wait  time.Duration
 	slots chan struct{}
+	hold  func() (context.Context, func())
 	run   func(ctx context.Context, calls []*Call[Req, Res])
 
 	mu    sync.Mutex
@@ -150,18 +152,51 @@ type pendingBatch[Req, Res any] struct {
 	full  chan struct{}
 }
 
-// NewBatcher returns a Batcher of batches of at most b.Size calls, of which at most running
-// run at once (at least 1), each handed to run. run is given a context that ends when the
-// contexts of all the batch's callers have ended, and must Finish every call it is given
-// (a call it leaves unfinished gets an error); a panic in run fails the calls it did not
-// finish.
-func NewBatcher[Req, Res any](b Batching, running int, run func(ctx context.Context, calls []*Call[Req, Res])) *Batcher[Req, Res] {
+// NewBatcher returns a Batcher of batches of at most b.Size calls for a store of dialect d on
+// db, each handed to run. Batches of one Batcher run at most d.BatchesAtOnce() at once; on
+// SQLite a batch is also held open while another write on db holds its writer slot (see
+// lockWrites), whichever store's it is, so that it fills while the database is busy. run is
+// given a context that ends when the contexts of all the batch's callers have ended, and must
+// Finish every call it is given (a call it leaves unfinished gets an error); a panic in run
+// fails the calls it did not finish.
+func NewBatcher[Req, Res any](b Batching, d *Dialect, db *sql.DB, run func(ctx context.Context, calls []*Call[Req, Res])) *Batcher[Req, Res] {
+	var hold func() (context.Context, func())
+	if d.name == SQLite {
+		hold = func() (context.Context, func()) {
+			slot := writerSlot(db)
+			slot <- struct{}{}
+			return context.WithValue(context.Background(), heldKey{}, db), func() { <-slot }
+		}
+	}
+	return newBatcher(b, d.BatchesAtOnce(), hold, run)
+}
+
+// newBatcher is NewBatcher with at most running batches at once. hold, when not nil, is called
+// before a batch is sent and returns the context the batch runs under (its values, not its
+// end) and what to call once it ran.
+func newBatcher[Req, Res any](b Batching, running int, hold func() (context.Context, func()), run func(ctx context.Context, calls []*Call[Req, Res])) *Batcher[Req, Res] {
 	return &Batcher[Req, Res]{
 		size:  b.Size,
 		wait:  cmpOr(b.Wait, DefaultBatchWait),
 		slots: make(chan struct{}, max(running, 1)),
+		hold:  hold,
 		run:   run,
 	}
+}
+
+// heldKey is the context key under which a batch's context says that it holds a SQLite
+// *sql.DB's writer slot: the writes it makes through BeginWrite and Write on that db, with
+// that context or one made by CallContext, do not take the slot again.
+type heldKey struct{}
+
+// CallContext returns c's context for a write that a batch running under batchCtx makes for c
+// alone (retrying a failed batch one call at a time): c's, which ends when c's caller gives
+// up, with the writer slot the batch holds.
+func CallContext(batchCtx, callCtx context.Context) context.Context {
+	if db := batchCtx.Value(heldKey{}); db != nil {
+		return context.WithValue(callCtx, heldKey{}, db)
+	}
+	return callCtx
 }
 
 func cmpOr(d, def time.Duration) time.Duration {
@@ -247,6 +282,11 @@ func (b *Batcher[Req, Res]) send(p *pendingBatch[Req, Res]) {
 	timer.Stop()
 	b.slots <- struct{}{}
 	defer func() { <-b.slots }()
+	base, release := context.Background(), func() {}
+	if b.hold != nil {
+		base, release = b.hold()
+	}
+	defer release()
 	b.mu.Lock()
 	if b.open == p {
 		b.closeOpen()
@@ -260,7 +300,7 @@ func (b *Batcher[Req, Res]) send(p *pendingBatch[Req, Res]) {
 	}
 	b.mu.Unlock()
 	if len(calls) > 0 {
-		b.runBatch(calls)
+		b.runBatch(base, calls)
 	}
 }
 
@@ -268,8 +308,8 @@ func (b *Batcher[Req, Res]) send(p *pendingBatch[Req, Res]) {
 var errUnfinished = errors.New("sqldialect: batch ended without an outcome for this write")
 
 // runBatch runs calls under a context that ends when all their callers' contexts have ended.
-func (b *Batcher[Req, Res]) runBatch(calls []*Call[Req, Res]) {
-	ctx, cancel := context.WithCancel(context.Background())
+func (b *Batcher[Req, Res]) runBatch(base context.Context, calls []*Call[Req, Res]) {
+	ctx, cancel := context.WithCancel(base)
 	defer cancel()
 	left := atomic.Int64{}
 	left.Store(int64(len(calls)))

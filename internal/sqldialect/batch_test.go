@@ -52,7 +52,7 @@ func doAll(b *Batcher[int, int], reqs []int, keyOf func(int) string) ([]int, []e
 func TestBatcherGathersAndMapsBack(t *testing.T) {
 	t.Parallel()
 	r := &recorder{}
-	b := NewBatcher(Batching{Size: 8, Wait: time.Hour}, 1, r.run)
+	b := newBatcher(Batching{Size: 8, Wait: time.Hour}, 1, nil, r.run)
 	reqs := []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
 	res, errs := doAll(b, reqs, func(i int) string { return fmt.Sprint(i) })
 	for i := range reqs {
@@ -68,7 +68,7 @@ func TestBatcherGathersAndMapsBack(t *testing.T) {
 func TestBatcherKeepsAKeyOutOfABatchTwice(t *testing.T) {
 	t.Parallel()
 	r := &recorder{}
-	b := NewBatcher(Batching{Size: 100, Wait: 5 * time.Millisecond}, 1, r.run)
+	b := newBatcher(Batching{Size: 100, Wait: 5 * time.Millisecond}, 1, nil, r.run)
 	_, errs := doAll(b, []int{1, 2, 3, 4, 5, 6}, func(int) string { return "one row" })
 	for _, err := range errs {
 		require.NoError(t, err)
@@ -79,7 +79,7 @@ func TestBatcherKeepsAKeyOutOfABatchTwice(t *testing.T) {
 func TestBatcherWithdrawsACancelledCall(t *testing.T) {
 	t.Parallel()
 	r := &recorder{release: make(chan struct{})}
-	b := NewBatcher(Batching{Size: 2, Wait: time.Millisecond}, 1, r.run)
+	b := newBatcher(Batching{Size: 2, Wait: time.Millisecond}, 1, nil, r.run)
 	first := make(chan error, 1)
 	go func() {
 		_, err := b.Do(context.Background(), "a", 1) // its batch runs, and waits for release
@@ -113,7 +113,7 @@ func TestBatcherWithdrawsACancelledCall(t *testing.T) {
 
 func TestBatcherFailsTheCallsARunLeavesWhenItPanics(t *testing.T) {
 	t.Parallel()
-	b := NewBatcher(Batching{Size: 2, Wait: time.Hour}, 1, func(_ context.Context, calls []*Call[int, int]) {
+	b := newBatcher(Batching{Size: 2, Wait: time.Hour}, 1, nil, func(_ context.Context, calls []*Call[int, int]) {
 		calls[0].Finish(1, nil)
 		panic("boom")
 	})

@@ -206,8 +206,8 @@ func New(db *sql.DB, dialect Dialect, opts Options) (*Store, error) {
 	}
 	s := &Store{db: db, d: d, q: buildQueries(d)}
 	if opts.Batch.On() {
-		s.appends = sqldialect.NewBatcher(opts.Batch, d.BatchesAtOnce(), s.runAppends)
-		s.creates = sqldialect.NewBatcher(opts.Batch, d.BatchesAtOnce(), s.runCreates)
+		s.appends = sqldialect.NewBatcher(opts.Batch, d, db, s.runAppends)
+		s.creates = sqldialect.NewBatcher(opts.Batch, d, db, s.runCreates)
 	}
 	return s, nil
 }
