@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-go/turnstile/inbox"
@@ -23,6 +24,7 @@ import (
 	"github.com/turnstile-go/turnstile/internal/sqltest"
 	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/session/sqlsession"
+	"github.com/turnstile-go/turnstile/turn"
 )
 
 // jointTurn is one turn as turn.Runner makes it on the joint path: Begin, then the append with
@@ -247,6 +249,57 @@ func TestBatchedCrash(t *testing.T) {
 					if acked[req] {
 						require.True(t, stored, "%s was acknowledged, yet it is not stored", req)
 					}
+				}
+			}
+		})
+	}
+}
+
+// TestRunnerOnBatchedStores runs turns through turn.Runner on batched stores of one database,
+// 64 at once on the joint path with an instant model: every turn is stored once with its
+// request done, and each request run again replays its stored Result.
+func TestRunnerOnBatchedStores(t *testing.T) {
+	t.Parallel()
+	for _, db := range []sqltest.DB{sqltest.SQLiteFileDB, sqltest.PostgresDB} {
+		t.Run(db.Name, func(t *testing.T) {
+			t.Parallel()
+			s, b := newPairWith(t, db, db.Open(t), 0, sqlsession.Batching{Size: 64})
+			model := turn.ModelFunc(func(_ context.Context, in turn.Input) (turn.Output, error) {
+				return turn.Output{Events: []session.Event{{Text: fmt.Sprintf("reply %d", in.Session.Version+1)}}}, nil
+			})
+			r := &turn.Runner{Model: model, Sessions: s, Inbox: b, App: "batched"}
+			const conversations, turns = 64, 4
+			reqs := make([][]turn.Request, conversations)
+			var wg sync.WaitGroup
+			errs := make([]error, conversations)
+			for c := range conversations {
+				wg.Go(func() {
+					for i := range turns {
+						req := turn.Request{Schema: turn.SchemaVersion, ID: uuid.NewString(),
+							ConversationID: fmt.Sprintf("conv-%d", c), UserID: "user", Text: "hello"}
+						reqs[c] = append(reqs[c], req)
+						res, err := r.Run(context.Background(), req)
+						if err == nil && res.Text != fmt.Sprintf("reply %d", i+1) {
+							err = fmt.Errorf("turn %d answered %q", i, res.Text)
+						}
+						if err != nil {
+							errs[c] = err
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			for c := range conversations {
+				require.NoError(t, errs[c], "conversation %d", c)
+				sess := mustGet(t, s, r.Key(reqs[c][0]))
+				require.EqualValues(t, turns, sess.Version)
+				require.EqualValues(t, 2*turns, sess.EventCount)
+				for i, req := range reqs[c] {
+					res, err := r.Run(context.Background(), req)
+					require.NoError(t, err)
+					require.True(t, res.Replayed, "conversation %d turn %d is replayed", c, i)
+					require.Equal(t, fmt.Sprintf("reply %d", i+1), res.Text)
 				}
 			}
 		})
