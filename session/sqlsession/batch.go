@@ -109,7 +109,7 @@ func (s *Store) appendMany(ctx context.Context, calls []*appendCall) ([]appendOu
 		return nil, nil, err
 	}
 	defer tx.Rollback()
-	got, inserted, err := s.bumpMany(ctx, tx, calls)
+	got, err := s.bumpMany(ctx, tx, calls)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -134,9 +134,6 @@ func (s *Store) appendMany(ctx context.Context, calls []*appendCall) ([]appendOu
 			rows = append(rows, b.id, e.Seq, e.RequestID, j, e.ID, e.Author, e.Text, sqldialect.Bytes(e.Data), s.d.Time(e.Time))
 		}
 		out[i] = appendOutcome{ap: session.Appended{Version: b.version, Events: events}, write: true}
-	}
-	if inserted {
-		rows = nil
 	}
 	for chunk := range slices.Chunk(rows, batchInsert*eventCols) {
 		if _, err := tx.ExecContext(ctx, s.q.insertEvents(len(chunk)/eventCols), chunk...); err != nil {
@@ -171,57 +168,33 @@ func cancelled(calls []*appendCall) map[int]error {
 	return failed
 }
 
-// bumpMany runs the batch's version bump and returns the sessions it bumped, by batchKey. On
-// PostgreSQL the same statement inserts the events of the turns it bumped (a data-modifying
-// WITH, one round trip less), and inserted says so; SQLite has no such statement, and a
-// round trip there is a call within the process.
-func (s *Store) bumpMany(ctx context.Context, tx *sqldialect.Tx, calls []*appendCall) (got map[string]bumped, inserted bool, err error) {
+// bumpMany runs the batch's version bump and returns the sessions it bumped, by batchKey.
+func (s *Store) bumpMany(ctx context.Context, tx *sqldialect.Tx, calls []*appendCall) (map[string]bumped, error) {
 	now := s.d.Time(time.Now())
-	args := make([]any, 0, len(calls)*(bumpCols+1))
-	events := 0
+	args := make([]any, 0, len(calls)*bumpCols)
 	for _, c := range calls {
-		events += len(c.Req.turn.Events)
-	}
-	query := s.q.bumpMany(len(calls))
-	inserted = s.d.Name() == sqldialect.PostgreSQL && len(calls)*(bumpCols+1)+events*eventValueCols <= maxParams
-	for i, c := range calls {
 		r := c.Req
-		if inserted {
-			args = append(args, i)
-		}
 		args = append(args, r.key.App, r.key.Conversation, r.key.User, r.expected, int64(len(r.turn.Events)),
 			r.turn.State != nil, sqldialect.Bytes(r.turn.State), now, r.turn.RequestID)
 	}
-	if inserted {
-		query = s.q.bumpInsertMany(len(calls), events)
-		for i, c := range calls {
-			for j, e := range c.Req.turn.Events {
-				args = append(args, i, j, e.ID, e.Author, e.Text, sqldialect.Bytes(e.Data), s.d.Time(e.Time))
-			}
-		}
-	}
-	rs, err := tx.QueryContext(ctx, query, args...)
+	rs, err := tx.QueryContext(ctx, s.q.bumpMany(len(calls)), args...)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	defer rs.Close()
-	got = make(map[string]bumped, len(calls))
+	got := make(map[string]bumped, len(calls))
 	for rs.Next() {
 		var (
 			k session.Key
 			b bumped
 		)
 		if err := rs.Scan(&k.App, &k.Conversation, &b.id, &b.version, &b.count); err != nil {
-			return nil, false, err
+			return nil, err
 		}
 		got[batchKey(k)] = b
 	}
-	return got, inserted, rs.Err()
+	return got, rs.Err()
 }
-
-// maxParams bounds the host parameters of PostgreSQL's batched bump with its inserts, under
-// the protocol's limit of 65,535; a batch with more events inserts them on their own.
-const maxParams = 60000
 
 // notBumped tells why the batch's bump left r's session alone, inside its transaction: not
 // found, another owner, a stale version, or (at the expected version) the turn stored already.

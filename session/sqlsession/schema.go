@@ -55,16 +55,10 @@ type queries struct {
 	deleteUser, deleteIdle                                                string
 	ownerID                                                               string
 	insertEvents, deleteEventsOf, bumpMany, createMany                    func(n int) string
-	bumpInsertMany                                                        func(n, events int) string
 }
 
 // bumpCols are the host parameters of one append in the batched bump.
 const bumpCols = 9
-
-// eventValueCols are the host parameters of one event in PostgreSQL's batched bump with its
-// inserts: the append's index, the event's index, and what eventCols has but the session,
-// the seq and the request id.
-const eventValueCols = 7
 
 // eventCols are the columns of one event, in the order of the insert's arguments.
 const eventCols = 9
@@ -103,48 +97,6 @@ func buildQueries(d *sqldialect.Dialect) queries {
 			VALUES ($1, $2, $3, $4, 0, 0, $5, $5)
 			ON CONFLICT (app, conversation) DO NOTHING
 			RETURNING id`),
-		// PostgreSQL's batched bump and the inserts of the turns it bumped, in one statement:
-		// the values of n appends (an index first, then bump's), the values of their events
-		// (the append's index, the event's), and a data-modifying WITH that inserts the events
-		// of the sessions the UPDATE bumped, numbered after the count it returned.
-		bumpInsertMany: func(n, events int) string {
-			var q strings.Builder
-			q.WriteString(`WITH v (i, a, c, u, x, n, hs, st, t, r) AS (VALUES `)
-			for i := range n {
-				if i > 0 {
-					q.WriteString(", ")
-				}
-				p := func(c int) int { return i*(bumpCols+1) + c }
-				fmt.Fprintf(&q, "(CAST($%d AS INTEGER), CAST($%d AS TEXT), CAST($%d AS TEXT), CAST($%d AS TEXT), CAST($%d AS BIGINT), "+
-					"CAST($%d AS BIGINT), CAST($%d AS BOOLEAN), CAST($%d AS {bytes}), CAST($%d AS {time}), CAST($%d AS TEXT))",
-					p(1), p(2), p(3), p(4), p(5), p(6), p(7), p(8), p(9), p(10))
-			}
-			q.WriteString(`), ev (i, j, id, au, bo, da, at) AS (VALUES `)
-			for k := range events {
-				if k > 0 {
-					q.WriteString(", ")
-				}
-				p := func(c int) int { return n*(bumpCols+1) + k*eventValueCols + c }
-				fmt.Fprintf(&q, "(CAST($%d AS INTEGER), CAST($%d AS INTEGER), CAST($%d AS TEXT), CAST($%d AS TEXT), "+
-					"CAST($%d AS TEXT), CAST($%d AS {bytes}), CAST($%d AS {time}))",
-					p(1), p(2), p(3), p(4), p(5), p(6), p(7))
-			}
-			q.WriteString(`), b AS (
-				UPDATE {p}sessions SET version = version + 1, event_count = event_count + v.n,
-					state = CASE WHEN v.hs THEN v.st ELSE state END, updated_at = v.t
-				FROM v
-				WHERE app = v.a AND conversation = v.c AND user_id = v.u AND version = v.x
-					AND NOT EXISTS (SELECT 1 FROM {p}events e WHERE e.session_id = {p}sessions.id AND e.request_id = v.r)
-				RETURNING v.i, v.n, v.r, {p}sessions.app, {p}sessions.conversation, {p}sessions.id,
-					{p}sessions.version, {p}sessions.event_count
-			), ins AS (
-				INSERT INTO {p}events (session_id, seq, request_id, idx, event_id, author, body, data, at)
-				SELECT b.id, b.event_count - b.n + ev.j + 1, b.r, ev.j, ev.id, ev.au, ev.bo, ev.da, ev.at
-				FROM b JOIN ev ON ev.i = b.i
-			)
-			SELECT app, conversation, id, version, event_count FROM b`)
-			return d.Query(q.String())
-		},
 		createMany: func(n int) string {
 			var q strings.Builder
 			q.WriteString(`INSERT INTO {p}sessions (app, conversation, user_id, state, version, event_count, created_at, updated_at) VALUES `)
