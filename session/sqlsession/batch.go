@@ -15,9 +15,10 @@ import (
 	"github.com/turnstile-go/turnstile/session"
 )
 
-// Batching configures the batching of the store's appends across concurrent callers (see
-// Options.Batch). Size is the most appends one transaction holds (0: batching off, the
-// default), Wait how long a batch waits for more after its first (0: DefaultBatchWait).
+// Batching configures the batching of the store's writes (Create, Append, AppendTx) across
+// concurrent callers (see Options.Batch). Size is the most writes one batch holds (0:
+// batching off, the default), Wait how long a batch waits for more after its first (0:
+// DefaultBatchWait).
 type Batching = sqldialect.Batching
 
 // DefaultBatchWait is the Batching.Wait used when it is zero: 1 ms.
