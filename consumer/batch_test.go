@@ -133,7 +133,7 @@ func TestBatchFallsBackToOneByOne(t *testing.T) {
 			t.Parallel()
 			e := setup(t, 1, 1)
 			h := &handOffs{hold: make(chan struct{}), failAll: c.failAll}
-			m := e.start(memberOpts{handler: h})
+			m := e.start(memberOpts{handler: h, tune: func(cfg *consumer.Config) { cfg.MaxBatch = 100 }})
 			want := produceKeys(e, []string{"f-1"}, 6)
 			n := 6
 			if c.garbage {

@@ -25,7 +25,7 @@ const (
 	DefaultMaxRetryBackoff = 10 * time.Second
 	DefaultMaxPause        = time.Minute
 	DefaultMaxRateLimits   = 20
-	DefaultMaxBatch        = 100
+	DefaultMaxBatch        = 1
 )
 
 // Ordering says which records of a partition may run at the same time.
@@ -116,8 +116,11 @@ type Config struct {
 	// MaxBatch bounds the records of one key handed to a BatchHandler in one call: when a
 	// key's record starts and more of the key's records wait in the window, up to MaxBatch of
 	// them go together (workflow.Bridge hands them to the conversation's workflow in one
-	// signal). 1 turns batching off; it is off too with a Handler that is not a BatchHandler,
-	// or with TurnContextFunc (whose context is per request). Default DefaultMaxBatch.
+	// signal: about 4 times the hand-offs per second at 100, BENCHMARKS.md). 1 turns batching
+	// off; it is off too with a Handler that is not a BatchHandler, or with TurnContextFunc
+	// (whose context is per request). Default DefaultMaxBatch, 1 (off): on the 2-core
+	// development machine a batched hand-off made Temporal mode's end-to-end turns/s lower, not
+	// higher (BENCHMARKS.md), so batching is for a deployment that measured it.
 	MaxBatch int
 	// CommitInterval is how often marked offsets are committed; they are also committed on
 	// revoke and on shutdown. Default DefaultCommitInterval.

@@ -33,7 +33,11 @@ type TxAppender interface {
 	// another connection and another transaction.
 	TxDB() *sql.DB
 	// AppendTx is Append, plus join: once the turn's events are written, before the commit, it
-	// calls join once with the transaction and the stored events. The turn and join's writes
+	// calls join with the transaction and the stored events: once, or again in a new
+	// transaction when a store that batches the appends of several callers in one transaction
+	// (session/sqlsession with Options.Batch) rolled the first back for another caller's
+	// failure. Only the writes of join's last call can commit, so join must be safe to call
+	// again (turn.Runner's is). The turn and join's writes
 	// commit together or not at all: when join returns an error, AppendTx rolls back and
 	// returns an error wrapping join's, with the zero Appended; when the commit fails, neither
 	// is stored (a lost connection during the commit leaves it unknown, as for Append).

@@ -8,9 +8,10 @@
 // request it sends a SignalWithStart to the workflow whose id is BridgeOptions.IDPrefix plus
 // the conversation id, and returns once the server accepted the signal, so the record's offset
 // commits after a durable hand-off (transport progress). The Bridge is a
-// consumer.BatchHandler: a conversation's records waiting in the consumer's window go in one
-// signal (up to consumer.Config.MaxBatch), which hands off several times as many records per
-// second as one signal each (BENCHMARKS.md). The conversation workflow then decides
+// consumer.BatchHandler: with consumer.Config.MaxBatch above 1 (the default is 1, off), a
+// conversation's records waiting in the consumer's window go in one signal, which hands off
+// about 4 times as many records per second as one signal each (BENCHMARKS.md, which also
+// says why batching is off by default). The conversation workflow then decides
 // when the request is applied (semantic progress): one at a time, in Sequence order when the
 // producer sets one (a gap holds the later requests), in arrival order otherwise, dropping
 // duplicates. Each turn is an activity that runs the same turn.Runner as direct mode, so the

@@ -24,6 +24,10 @@
 // TxDB().BeginTx: a completion takes effect when its transaction commits and not when it rolls
 // back, with Complete's errors. session/sessiontest.RunJoint checks such an inbox together
 // with a session.TxAppender, as turn.Runner uses them.
+//
+// RunBatched checks an inbox that batches the Begins of concurrent callers (for
+// inbox/sqlinbox, Options.Batch): each caller's own entry out of one batch, a batch that fails
+// (the caller says how to break the inbox), a caller that gives up. Run it besides Run.
 package inboxtest
 
 import (

@@ -33,6 +33,12 @@
 // on the same *sql.DB. turn.Runner uses it with a session/sqlsession Store on that *sql.DB to
 // commit a turn and its completion together (see that package's doc).
 //
+// # Batching
+//
+// With Options.Batch on (off by default), the Begins of concurrent callers are made in one
+// statement, each caller getting its own entry once that statement committed; the
+// session/sqlsession package doc says what its own batching adds.
+//
 // # Errors
 //
 // Contract errors are the inbox package's sentinels. Infrastructure failures (a lost or
@@ -87,6 +93,19 @@ type Options struct {
 	// that is set below it; a negative value leaves the pool as you configured it (check it
 	// with CheckPool). The session/sqlsession Options.Concurrency doc says why it matters.
 	Concurrency int
+	// Batch turns on the batching of Begin across concurrent callers: their Begins are made in
+	// one INSERT statement, one row and one outcome each, one commit for all. Every caller
+	// still returns only after the statement holding its write committed, with its own entry,
+	// and a failed statement fails each of its callers; Batching says when a batch is sent,
+	// and Begin what a cancelled caller gets. (Whatever Batch says, the completions that
+	// CompleteTx joins to a batched transaction of a session/sqlsession Store are made in one
+	// UPDATE at the end of that transaction; see CompleteTx.)
+	//
+	// Default off (the zero Batching): a batched write waits up to Batching.Wait for others,
+	// which only pays when many turns are in flight at once (the consumer's MaxInFlight in the
+	// tens or more, a fast model); one caller alone would see each Begin slower. Size it to
+	// MaxInFlight.
+	Batch Batching
 }
 
 // DefaultConcurrency is the Options.Concurrency used when it is zero: 64, the consumer's
@@ -116,6 +135,9 @@ func (o *Options) validate() error {
 	if o.PurgeBatch < 0 {
 		return fmt.Errorf("Options.PurgeBatch: %d is negative", o.PurgeBatch)
 	}
+	if err := o.Batch.Validate(); err != nil {
+		return fmt.Errorf("Options.Batch: %w", err)
+	}
 	return nil
 }
 
@@ -126,6 +148,8 @@ type Inbox struct {
 	d     *sqldialect.Dialect
 	q     queries
 	batch int
+	// begins batches Begin when Options.Batch is on; nil otherwise.
+	begins *sqldialect.Batcher[inbox.Delivery, inbox.Entry]
 }
 
 var _ inbox.TxCompleter = (*Inbox)(nil)
@@ -136,7 +160,7 @@ const component = "inbox"
 // New returns an Inbox on db and sizes db's connection pool for Options.Concurrency. It does
 // not touch the database; call Migrate for the schema.
 // Errors: a nil db, an unknown dialect, an invalid Options.TablePrefix, a negative
-// Options.PurgeBatch, or ErrPoolTooSmall (wrapped) when Options.Concurrency is above db's
+// Options.PurgeBatch, an invalid Options.Batch (see Batching), or ErrPoolTooSmall (wrapped) when Options.Concurrency is above db's
 // MaxOpenConns.
 func New(db *sql.DB, dialect Dialect, opts Options) (*Inbox, error) {
 	if db == nil {
@@ -153,7 +177,11 @@ func New(db *sql.DB, dialect Dialect, opts Options) (*Inbox, error) {
 	if err := sqldialect.SizePool(db, opts.Concurrency); err != nil {
 		return nil, fmt.Errorf("sqlinbox: %w", err)
 	}
-	return &Inbox{db: db, d: d, q: buildQueries(d), batch: opts.PurgeBatch}, nil
+	b := &Inbox{db: db, d: d, q: buildQueries(d), batch: opts.PurgeBatch}
+	if opts.Batch.On() {
+		b.begins = sqldialect.NewBatcher(opts.Batch, d, db, b.runBegins)
+	}
+	return b, nil
 }
 
 // Migrate creates or upgrades the inbox's table to this code's schema version. It is

@@ -14,11 +14,22 @@ import (
 )
 
 // Begin implements inbox.Inbox in one INSERT ... ON CONFLICT DO UPDATE ... RETURNING
-// statement, so members that receive one request at once each count an attempt.
+// statement, so members that receive one request at once each count an attempt. With
+// Options.Batch on, that statement holds the Begins of concurrent callers, one row each. A
+// caller whose ctx ends while its Begin waits for a batch gets ctx.Err() and nothing is
+// written; once its batch's statement is sent, it gets that statement's outcome.
 func (b *Inbox) Begin(ctx context.Context, d inbox.Delivery) (inbox.Entry, error) {
 	if d.Key == "" {
 		return inbox.Entry{}, fmt.Errorf("%w: empty key", inbox.ErrInvalid)
 	}
+	if b.begins != nil {
+		return b.begins.Do(ctx, d.Key, d)
+	}
+	return b.beginOne(ctx, d)
+}
+
+// beginOne is Begin in a statement of its own.
+func (b *Inbox) beginOne(ctx context.Context, d inbox.Delivery) (inbox.Entry, error) {
 	var (
 		e          inbox.Entry
 		deliveries int
@@ -44,10 +55,18 @@ func (b *Inbox) Complete(ctx context.Context, key string, result []byte) error {
 	return b.complete(ctx, nil, key, result)
 }
 
-// CompleteTx implements inbox.TxCompleter: Complete's statements, run on tx.
+// CompleteTx implements inbox.TxCompleter: Complete's statements, run on tx. On the
+// transaction of a batch of session/sqlsession appends (Options.Batch) the completion is
+// deferred to the end of that transaction, made in one UPDATE with the batch's other
+// completions before its commit: CompleteTx then returns nil, and ErrDead or ErrNotFound fail
+// that caller's append (its turn is not stored) instead.
 func (b *Inbox) CompleteTx(ctx context.Context, tx inbox.SQLTx, key string, result []byte) error {
 	if tx == nil {
 		return fmt.Errorf("%w: nil transaction", inbox.ErrInvalid)
+	}
+	if bt, ok := tx.(*sqldialect.BatchTx); ok && key != "" {
+		b.deferCompletion(bt, key, result)
+		return nil
 	}
 	return b.complete(ctx, tx, key, result)
 }
@@ -245,7 +264,7 @@ func (b *Inbox) status(ctx context.Context, q inbox.SQLTx, key string) (status, 
 }
 
 // scanEntry reads the entryCols of one row, and the deliveries count.
-func scanEntry(row *sql.Row) (inbox.Entry, int, error) {
+func scanEntry(row interface{ Scan(...any) error }) (inbox.Entry, int, error) {
 	var (
 		e          inbox.Entry
 		status     string

@@ -37,6 +37,7 @@ const (
 
 type queries struct {
 	begin, complete, fail, markDead, redrive, get, status, purge string
+	beginMany, completeMany                                      func(n int) string
 }
 
 const entryCols = `request_id, conversation, status, attempts, deliveries, result, reason, topic,
@@ -45,7 +46,7 @@ const entryCols = `request_id, conversation, status, attempts, deliveries, resul
 func buildQueries(d *sqldialect.Dialect) queries {
 	// live is true for the row Begin found when it may count an attempt.
 	const live = `i.status = 'in_progress'`
-	return queries{
+	q := queries{
 		// One statement, atomic in both databases: the insert of a new entry, or the count of
 		// one more attempt of an entry in progress (PostgreSQL takes the row's lock, SQLite
 		// the write lock), or nothing for a done or dead one, which comes back as it is.
@@ -85,4 +86,7 @@ func buildQueries(d *sqldialect.Dialect) queries {
 				WHERE status IN ('done', 'dead') AND updated_at < $1
 				LIMIT $2)`),
 	}
+	q.beginMany = beginManyQuery(d, q.begin)
+	q.completeMany = completeManyQuery(d)
+	return q
 }

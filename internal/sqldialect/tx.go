@@ -54,20 +54,25 @@ var sqliteWriters sync.Map
 // processes still meet at the database's lock and wait up to busy_timeout. The map keeps one
 // small channel per *sql.DB ever used for the life of the process.
 func (d *Dialect) lockWrites(ctx context.Context, db *sql.DB) (unlock func(), err error) {
-	if d.name != SQLite {
-		return func() {}, nil
+	if d.name != SQLite || ctx.Value(heldKey{}) == db {
+		return func() {}, nil // no slot, or a batch holds it for this write
 	}
-	slot, ok := sqliteWriters.Load(db)
-	if !ok {
-		slot, _ = sqliteWriters.LoadOrStore(db, make(chan struct{}, 1))
-	}
-	ch := slot.(chan struct{})
+	ch := writerSlot(db)
 	select {
 	case ch <- struct{}{}:
 		return func() { <-ch }, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// writerSlot returns db's writer slot (see lockWrites), made on first use.
+func writerSlot(db *sql.DB) chan struct{} {
+	slot, ok := sqliteWriters.Load(db)
+	if !ok {
+		slot, _ = sqliteWriters.LoadOrStore(db, make(chan struct{}, 1))
+	}
+	return slot.(chan struct{})
 }
 
 // Write runs fn, which writes to db with autocommit statements, holding db's writer slot on

@@ -231,3 +231,18 @@ func WaitForLockWait(t testing.TB, db *sql.DB, prefix string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// BreakTable makes the writes of the store whose table it is fail, as a database outage would,
+// by renaming table (a full name, prefix included) to table+"_broken"; mend renames it back.
+func BreakTable(t testing.TB, db *sql.DB, table string) (mend func()) {
+	t.Helper()
+	if _, err := db.ExecContext(context.Background(), "ALTER TABLE "+table+" RENAME TO "+table+"_broken"); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		t.Helper()
+		if _, err := db.ExecContext(context.Background(), "ALTER TABLE "+table+"_broken RENAME TO "+table); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -31,6 +31,11 @@
 //
 // When the store implements session.Retention, Run also checks DeleteUser and DeleteIdle (the
 // subtests under "Retention"), each in apps of its own, DeleteIdle also while turns go on.
+//
+// RunBatched checks a store that batches the writes of concurrent callers (for
+// session/sqlsession, Options.Batch): many callers at once in one batch, each with its own
+// outcome; a batch that fails (the caller says how to break the store); a caller that gives
+// up. Run it besides Run.
 package sessiontest
 
 import (

@@ -56,6 +56,12 @@ func (m marks) insert(ctx context.Context, tx session.SQLTx, id string) error {
 	return err
 }
 
+// insertDirect writes id outside any append, committed at once.
+func (m marks) insertDirect(ctx context.Context, id string) error {
+	_, err := m.db.ExecContext(ctx, "INSERT INTO "+m.table+" (id) VALUES ('"+id+"')")
+	return err
+}
+
 // all returns the committed ids.
 func (m marks) all(t *testing.T) []string {
 	t.Helper()

@@ -85,23 +85,29 @@ func (s *Store) Get(ctx context.Context, key session.Key, recent int) (session.S
 // Create implements session.Store. The insert is one statement that does nothing on a
 // conflict (INSERT ... ON CONFLICT DO NOTHING), so the loser of a create race waits for the
 // winner's row and then gets ErrExists, or ErrOwnerMismatch when the row is another user's.
+// With Options.Batch on, the statement holds the inserts of concurrent callers, one row each,
+// and a cancelled caller is answered as by Append.
 func (s *Store) Create(ctx context.Context, key session.Key, state json.RawMessage) (session.Session, error) {
 	if err := key.Validate(); err != nil {
 		return session.Session{}, err
 	}
 	now := time.Now()
 	for range createTries {
-		err := s.d.Write(ctx, s.db, func() error {
-			var id int64
-			return s.db.QueryRowContext(ctx, s.q.create, key.App, key.Conversation, key.User,
-				sqldialect.Bytes(state), s.d.Time(now)).Scan(&id)
-		})
-		if err == nil {
+		var (
+			inserted bool
+			err      error
+		)
+		if s.creates != nil {
+			inserted, err = s.creates.Do(ctx, batchKey(key), createReq{key: key, state: state, now: now})
+		} else {
+			inserted, err = s.createOne(ctx, createReq{key: key, state: state, now: now})
+		}
+		if err != nil {
+			return session.Session{}, s.fail(ctx, "create", key, err)
+		}
+		if inserted {
 			at := sqldialect.StoredTime(now)
 			return session.Session{Key: key, State: nilIfEmpty(bytes.Clone(state)), CreatedAt: at, UpdatedAt: at}, nil
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
-			return session.Session{}, s.fail(ctx, "create", key, err)
 		}
 		owner, _, found, err := s.lookup(ctx, s.db, key)
 		if err != nil {
@@ -118,10 +124,28 @@ func (s *Store) Create(ctx context.Context, key session.Key, state json.RawMessa
 	return session.Session{}, fmt.Errorf("%w: session %s (created and deleted under us %d times)", session.ErrExists, key, createTries)
 }
 
+// createOne inserts r's session in a statement of its own, unless the key's session is there;
+// it reports whether it inserted it.
+func (s *Store) createOne(ctx context.Context, r createReq) (bool, error) {
+	err := s.d.Write(ctx, s.db, func() error {
+		var id int64
+		return s.db.QueryRowContext(ctx, s.q.create, r.key.App, r.key.Conversation, r.key.User,
+			sqldialect.Bytes(r.state), s.d.Time(r.now)).Scan(&id)
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // Append implements session.Store, in one write transaction: bump the version where it is
 // the expected one (the conditional UPDATE is the optimistic lock) and, in the same
 // statement, learn whether the request's turn is stored (a duplicate reads it and rolls
-// back), then insert the events numbered after the old count.
+// back), then insert the events numbered after the old count. With Options.Batch on, the
+// transaction holds the appends of concurrent callers (see runAppends). A caller whose ctx
+// ends before the commit of its batch is sent gets ctx.Err() and its turn is not stored (the
+// batch leaves it out, rolling back and starting again when it had written it); once the
+// commit is sent, the caller gets the commit's outcome, as an unbatched Append would.
 func (s *Store) Append(ctx context.Context, key session.Key, expectedVersion int64, t session.Turn) (session.Appended, error) {
 	return s.append(ctx, key, expectedVersion, t, nil)
 }
@@ -146,6 +170,14 @@ func (s *Store) append(ctx context.Context, key session.Key, expectedVersion int
 	if err := t.Validate(); err != nil {
 		return session.Appended{}, err
 	}
+	if s.appends != nil {
+		return s.appends.Do(ctx, batchKey(key), appendReq{key: key, expected: expectedVersion, turn: t, join: join})
+	}
+	return s.appendOne(ctx, key, expectedVersion, t, join)
+}
+
+// appendOne is append in a transaction of its own.
+func (s *Store) appendOne(ctx context.Context, key session.Key, expectedVersion int64, t session.Turn, join session.JoinFunc) (session.Appended, error) {
 	now := time.Now()
 	tx, err := s.d.BeginWrite(ctx, s.db)
 	if err != nil {

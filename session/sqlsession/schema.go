@@ -1,7 +1,9 @@
 package sqlsession
 
 import (
+	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/turnstile-go/turnstile/internal/sqldialect"
 )
@@ -51,8 +53,12 @@ var migrations = []sqldialect.Migration{{
 type queries struct {
 	get, create, owner, bump, turn, deleteSession, deleteEvents, findTurn string
 	deleteUser, deleteIdle                                                string
-	insertEvents, deleteEventsOf                                          func(n int) string
+	ownerID                                                               string
+	insertEvents, deleteEventsOf, bumpMany, createMany                    func(n int) string
 }
+
+// bumpCols are the host parameters of one append in the batched bump.
+const bumpCols = 9
 
 // eventCols are the columns of one event, in the order of the insert's arguments.
 const eventCols = 9
@@ -91,7 +97,47 @@ func buildQueries(d *sqldialect.Dialect) queries {
 			VALUES ($1, $2, $3, $4, 0, 0, $5, $5)
 			ON CONFLICT (app, conversation) DO NOTHING
 			RETURNING id`),
-		owner: d.Query(`SELECT user_id, version FROM {p}sessions WHERE app = $1 AND conversation = $2`),
+		createMany: func(n int) string {
+			var q strings.Builder
+			q.WriteString(`INSERT INTO {p}sessions (app, conversation, user_id, state, version, event_count, created_at, updated_at) VALUES `)
+			for i := range n {
+				if i > 0 {
+					q.WriteString(", ")
+				}
+				p := func(c int) int { return i*createCols + c }
+				fmt.Fprintf(&q, "($%d, $%d, $%d, $%d, 0, 0, $%d, $%d)", p(1), p(2), p(3), p(4), p(5), p(5))
+			}
+			q.WriteString(` ON CONFLICT (app, conversation) DO NOTHING RETURNING app, conversation`)
+			return d.Query(q.String())
+		},
+		owner:   d.Query(`SELECT user_id, version FROM {p}sessions WHERE app = $1 AND conversation = $2`),
+		ownerID: d.Query(`SELECT user_id, version, id FROM {p}sessions WHERE app = $1 AND conversation = $2`),
+		// The batched bump: bump's conditions for n appends at once (a session at most once,
+		// see batchKey), with the duplicate check in the WHERE clause instead of RETURNING, so
+		// that a duplicate leaves its row alone and the transaction can go on for the others.
+		// The values' columns have names of their own so that RETURNING names the sessions
+		// table's columns unqualified (SQLite's RETURNING sees only that table).
+		bumpMany: func(n int) string {
+			var q strings.Builder
+			q.WriteString(`WITH v (a, c, u, x, n, hs, st, t, r) AS (VALUES `)
+			for i := range n {
+				if i > 0 {
+					q.WriteString(", ")
+				}
+				p := func(c int) int { return i*bumpCols + c }
+				fmt.Fprintf(&q, "(CAST($%d AS TEXT), CAST($%d AS TEXT), CAST($%d AS TEXT), CAST($%d AS BIGINT), CAST($%d AS BIGINT), "+
+					"CAST($%d AS BOOLEAN), CAST($%d AS {bytes}), CAST($%d AS {time}), CAST($%d AS TEXT))",
+					p(1), p(2), p(3), p(4), p(5), p(6), p(7), p(8), p(9))
+			}
+			q.WriteString(`)
+				UPDATE {p}sessions SET version = version + 1, event_count = event_count + v.n,
+					state = CASE WHEN v.hs THEN v.st ELSE state END, updated_at = v.t
+				FROM v
+				WHERE app = v.a AND conversation = v.c AND user_id = v.u AND version = v.x
+					AND NOT EXISTS (SELECT 1 FROM {p}events e WHERE e.session_id = {p}sessions.id AND e.request_id = v.r)
+				RETURNING app, conversation, id, version, event_count`)
+			return d.Query(q.String())
+		},
 		// The version check and bump in one statement: on PostgreSQL a concurrent appender
 		// waits for this row's lock and then finds the version moved on; on SQLite the
 		// transaction already holds the write lock. It also says whether request $9's turn is

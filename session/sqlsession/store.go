@@ -54,6 +54,14 @@
 // one commit: two commits per turn (the inbox's Begin, then the append with the completion)
 // instead of three, and no crash between the append and the completion.
 //
+// # Batching
+//
+// With Options.Batch on (off by default), the appends of concurrent callers share one write
+// transaction, and an inbox/sqlinbox Inbox with its own Options.Batch on makes the Begins of
+// concurrent callers in one statement: with many turns in flight, a turn then costs a
+// fraction of a commit instead of two commits and seven round trips. Each caller still
+// returns only once its write committed, with its own outcome; Options.Batch has the rules.
+//
 // # Errors
 //
 // Contract errors are the session package's sentinels. Infrastructure failures (a lost or
@@ -111,6 +119,26 @@ type Options struct {
 	// Zero means DefaultConcurrency (64), lowered to db's MaxOpenConns when that is set below
 	// it; a negative value leaves the pool as you configured it (check it with CheckPool).
 	Concurrency int
+	// Batch turns on the batching of writes across concurrent callers: the Creates that
+	// callers make at about the same time are made in one INSERT statement, and their Appends
+	// and AppendTxs in one write transaction (one UPDATE for all the version bumps, one INSERT
+	// for all the events, the joined writes, one COMMIT), so that many turns cost one commit
+	// and a few round trips. Every caller still returns only after the statement or
+	// transaction holding its write committed, with its own outcome (ErrExists, ErrConflict,
+	// a duplicate, ...); a failed batch fails each of its callers, and none of their writes is
+	// stored. Batching says when a batch is sent, and Append what a cancelled caller gets.
+	//
+	// Batched, AppendTx may call join more than once: when another caller's join fails, the
+	// transaction is rolled back and made again without that caller, calling the others'
+	// joins again in the new transaction (only the last call's writes can commit). An
+	// inbox/sqlinbox Inbox on the same *sql.DB defers the completions CompleteTx joins to such
+	// a transaction to its end and makes all of them in one UPDATE.
+	//
+	// Default off (the zero Batching): a batched append waits up to Batching.Wait for others,
+	// which only pays when many turns are in flight at once (the consumer's MaxInFlight in the
+	// tens or more, a fast model), and a join must then be safe to call again (turn.Runner's
+	// is). Size it to MaxInFlight, as the inbox's.
+	Batch Batching
 }
 
 // DefaultConcurrency is the Options.Concurrency used when it is zero: 64, the consumer's
@@ -142,6 +170,11 @@ type Store struct {
 	// appendHook, when set (tests only), runs inside Append's transaction at two stages:
 	// "bumped" right after the version bump, "inserted" right before the commit.
 	appendHook func(ctx context.Context, stage string, tx sqldialect.Querier)
+
+	// appends batches Append and AppendTx when Options.Batch is on; nil otherwise.
+	appends *sqldialect.Batcher[appendReq, session.Appended]
+	// creates batches Create's insert when Options.Batch is on; nil otherwise.
+	creates *sqldialect.Batcher[createReq, bool]
 }
 
 var (
@@ -154,7 +187,8 @@ const component = "sessions"
 
 // New returns a Store on db and sizes db's connection pool for Options.Concurrency. It does
 // not touch the database; call Migrate for the schema.
-// Errors: a nil db, an unknown dialect, an invalid Options.TablePrefix, or ErrPoolTooSmall
+// Errors: a nil db, an unknown dialect, an invalid Options.TablePrefix, an invalid
+// Options.Batch (see Batching), or ErrPoolTooSmall
 // (wrapped) when Options.Concurrency is above db's MaxOpenConns.
 func New(db *sql.DB, dialect Dialect, opts Options) (*Store, error) {
 	if db == nil {
@@ -164,10 +198,18 @@ func New(db *sql.DB, dialect Dialect, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlsession: %w", err)
 	}
+	if err := opts.Batch.Validate(); err != nil {
+		return nil, fmt.Errorf("sqlsession: Options.Batch: %w", err)
+	}
 	if err := sqldialect.SizePool(db, opts.Concurrency); err != nil {
 		return nil, fmt.Errorf("sqlsession: %w", err)
 	}
-	return &Store{db: db, d: d, q: buildQueries(d)}, nil
+	s := &Store{db: db, d: d, q: buildQueries(d)}
+	if opts.Batch.On() {
+		s.appends = sqldialect.NewBatcher(opts.Batch, d, db, s.runAppends)
+		s.creates = sqldialect.NewBatcher(opts.Batch, d, db, s.runCreates)
+	}
+	return s, nil
 }
 
 // Migrate creates or upgrades the store's tables to this code's schema version. It is

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -33,7 +34,13 @@ func newStore(t testing.TB, db sqltest.DB) (*sqlsession.Store, *sql.DB) {
 // Options.Concurrency given.
 func newStoreOn(t testing.TB, db sqltest.DB, sqlDB *sql.DB, prefix string, concurrency int) *sqlsession.Store {
 	t.Helper()
-	s, err := sqlsession.New(sqlDB, dialectOf(db), sqlsession.Options{TablePrefix: prefix, Concurrency: concurrency})
+	return newStoreWith(t, db, sqlDB, sqlsession.Options{TablePrefix: prefix, Concurrency: concurrency})
+}
+
+// newStoreWith builds a migrated store on sqlDB, a database of db, with opts.
+func newStoreWith(t testing.TB, db sqltest.DB, sqlDB *sql.DB, opts sqlsession.Options) *sqlsession.Store {
+	t.Helper()
+	s, err := sqlsession.New(sqlDB, dialectOf(db), opts)
 	require.NoError(t, err)
 	require.NoError(t, s.Migrate(context.Background()))
 	return s
@@ -62,12 +69,39 @@ func newPair(t testing.TB, db sqltest.DB) (*sqlsession.Store, *sqlinbox.Inbox) {
 // of db, both with the given Options.Concurrency.
 func newPairOn(t testing.TB, db sqltest.DB, sqlDB *sql.DB, concurrency int) (*sqlsession.Store, *sqlinbox.Inbox) {
 	t.Helper()
+	return newPairWith(t, db, sqlDB, concurrency, sqlsession.Batching{})
+}
+
+// batching is what the batched variants of the tests use: batches of up to 32 writes, sent
+// 2 ms after their first (long enough on a loaded machine for concurrent callers to meet).
+var batching = sqlsession.Batching{Size: 32, Wait: 2 * time.Millisecond}
+
+// newPairWith is newPairOn with both stores' Options.Batch set to batch.
+func newPairWith(t testing.TB, db sqltest.DB, sqlDB *sql.DB, concurrency int, batch sqlsession.Batching) (*sqlsession.Store, *sqlinbox.Inbox) {
+	t.Helper()
 	prefix := sqltest.Prefix(t, sqlDB, db.Postgres)
-	s := newStoreOn(t, db, sqlDB, prefix, concurrency)
-	b, err := sqlinbox.New(sqlDB, sqlinbox.Dialect(dialectOf(db)), sqlinbox.Options{TablePrefix: prefix, Concurrency: concurrency})
+	s := newStoreWith(t, db, sqlDB, sqlsession.Options{TablePrefix: prefix, Concurrency: concurrency, Batch: batch})
+	b, err := sqlinbox.New(sqlDB, sqlinbox.Dialect(dialectOf(db)), sqlinbox.Options{TablePrefix: prefix, Concurrency: concurrency, Batch: batch})
 	require.NoError(t, err)
 	require.NoError(t, b.Migrate(context.Background()))
 	return s, b
+}
+
+// TestBatchedConformance runs the suites against stores whose writes are batched.
+func TestBatchedConformance(t *testing.T) {
+	t.Parallel()
+	for _, db := range sqltest.DBs {
+		t.Run(db.Name, func(t *testing.T) {
+			t.Parallel()
+			sessiontest.Run(t, func(t *testing.T) session.Store {
+				sqlDB := db.Open(t)
+				return newStoreWith(t, db, sqlDB, sqlsession.Options{TablePrefix: sqltest.Prefix(t, sqlDB, db.Postgres), Batch: batching})
+			})
+			sessiontest.RunJoint(t, func(t *testing.T) (session.TxAppender, inbox.TxCompleter) {
+				return newPairWith(t, db, db.Open(t), 0, batching)
+			})
+		})
+	}
 }
 
 func TestJointConformance(t *testing.T) {
@@ -77,6 +111,24 @@ func TestJointConformance(t *testing.T) {
 			t.Parallel()
 			sessiontest.RunJoint(t, func(t *testing.T) (session.TxAppender, inbox.TxCompleter) {
 				return newPair(t, db)
+			})
+		})
+	}
+}
+
+// TestBatchedSuite runs sessiontest.RunBatched on batched stores (the joint pair's store, so
+// that joins can complete requests), broken by renaming the events table.
+func TestBatchedSuite(t *testing.T) {
+	t.Parallel()
+	for _, db := range sqltest.DBs {
+		t.Run(db.Name, func(t *testing.T) {
+			t.Parallel()
+			sessiontest.RunBatched(t, func(t *testing.T) sessiontest.Batched {
+				sqlDB := db.Open(t)
+				s := newStoreWith(t, db, sqlDB, sqlsession.Options{TablePrefix: sqltest.Prefix(t, sqlDB, db.Postgres), Batch: batching})
+				return sessiontest.Batched{Store: s, Break: func(t *testing.T) func() {
+					return sqltest.BreakTable(t, sqlDB, s.TablePrefix()+"events")
+				}}
 			})
 		})
 	}

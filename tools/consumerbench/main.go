@@ -5,7 +5,7 @@
 //	go run ./tools/consumerbench -scenario slow       # 50 ms model: by key vs by partition vs MaxInFlight / latency
 //	go run ./tools/consumerbench -scenario pc         # Confluent Parallel Consumer's comparison: 1 partition, 100 keys
 //	go run ./tools/consumerbench -scenario latency    # added latency at half the by-partition maximum rate
-//	go run ./tools/consumerbench -scenario stores     # PostgreSQL and SQLite stores vs memory stores, 50 ms model
+//	go run ./tools/consumerbench -scenario stores     # PostgreSQL and SQLite stores, batched and not, vs memory stores; instant model
 //	go run ./tools/consumerbench -scenario memory     # peak RSS with a 1,000,000-record backlog (broker in a child process)
 //	go run ./tools/consumerbench -scenario scale      # 4,096 turns in flight, 2 s model, memory and PostgreSQL stores: turns/s, RSS, goroutines
 //	go run ./tools/consumerbench -scenario txn        # transactional mode vs default: throughput and read_committed latency
@@ -69,7 +69,7 @@ func main() {
 	flag.StringVar(&o.postgres, "postgres", envOr("TURNSTILE_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL DSN for -scenario stores")
 	flag.DurationVar(&o.duration, "duration", time.Minute, "how long -scenario memory consumes")
 	flag.StringVar(&o.memPartitions, "memory-partitions", "12,48", "partition counts for -scenario memory")
-	flag.DurationVar(&o.modelDelay, "model", 0, "the model's time per turn in -scenario telemetry (0: instant) and ratelimit (0: 20 ms, then 200 ms)")
+	flag.DurationVar(&o.modelDelay, "model", 0, "the model's time per turn in -scenario telemetry and stores (0: instant) and ratelimit (0: 20 ms, then 200 ms)")
 	flag.StringVar(&o.stores, "stores", "memory", "internal: the stores of a scale-one process (memory or postgres)")
 	flag.BoolVar(&o.brokerMode, "broker", false, "internal: run as the broker process of -scenario memory")
 	flag.StringVar(&o.backlogTopic, "backlog-topic", "", "internal: topic the broker process fills")

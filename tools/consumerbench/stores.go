@@ -14,12 +14,18 @@ import (
 	"github.com/turnstile-go/turnstile/consumer"
 	"github.com/turnstile-go/turnstile/inbox/sqlinbox"
 	"github.com/turnstile-go/turnstile/session/sqlsession"
+	"github.com/turnstile-go/turnstile/turn"
 	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // durable opens the session store and the inbox on one database, sized for inFlight turns
 // (pool capped at maxOpen), in tables of their own.
 func durable(ctx context.Context, driver, dsn string, dialect sqlsession.Dialect, inFlight, maxOpen int) (member, func(), error) {
+	return durableBatched(ctx, driver, dsn, dialect, inFlight, maxOpen, sqlsession.Batching{})
+}
+
+// durableBatched is durable with the stores' writes batched as batch says.
+func durableBatched(ctx context.Context, driver, dsn string, dialect sqlsession.Dialect, inFlight, maxOpen int, batch sqlsession.Batching) (member, func(), error) {
 	db, err := sql.Open(driver, dsn)
 	if err != nil {
 		return member{}, nil, err
@@ -27,12 +33,12 @@ func durable(ctx context.Context, driver, dsn string, dialect sqlsession.Dialect
 	db.SetMaxOpenConns(maxOpen)
 	prefix := fmt.Sprintf("bench_%d_", time.Now().UnixNano())
 	conc := min(inFlight, maxOpen)
-	sessions, err := sqlsession.New(db, dialect, sqlsession.Options{TablePrefix: prefix, Concurrency: conc})
+	sessions, err := sqlsession.New(db, dialect, sqlsession.Options{TablePrefix: prefix, Concurrency: conc, Batch: batch})
 	if err != nil {
 		db.Close()
 		return member{}, nil, err
 	}
-	ib, err := sqlinbox.New(db, sqlinbox.Dialect(dialect), sqlinbox.Options{TablePrefix: prefix, Concurrency: conc})
+	ib, err := sqlinbox.New(db, sqlinbox.Dialect(dialect), sqlinbox.Options{TablePrefix: prefix, Concurrency: conc, Batch: batch})
 	if err == nil {
 		err = sessions.Migrate(ctx)
 	}
@@ -54,11 +60,34 @@ func durable(ctx context.Context, driver, dsn string, dialect sqlsession.Dialect
 	return member{sessions: sessions, inbox: ib}, cleanup, nil
 }
 
-// stores: a 50 ms model with 64 turns in flight, over PostgreSQL and a SQLite file, against
-// the in-memory stores, on the same records.
+// storeSide is one side of the stores scenario: memory stores, or a database with the stores'
+// writes batched or not.
+type storeSide struct {
+	name    string
+	driver  string // "" for the memory stores
+	dialect sqlsession.Dialect
+	batched bool
+}
+
+var storeSides = []storeSide{
+	{name: "memory"},
+	{name: "postgres", driver: "pgx", dialect: sqlsession.PostgreSQL},
+	{name: "postgres batched", driver: "pgx", dialect: sqlsession.PostgreSQL, batched: true},
+	{name: "sqlite", driver: "sqlite", dialect: sqlsession.SQLite},
+	{name: "sqlite batched", driver: "sqlite", dialect: sqlsession.SQLite, batched: true},
+}
+
+// stores: 64 turns in flight over PostgreSQL and a SQLite file, each with the stores' writes
+// batched (Options.Batch, batches of up to 64) and not, against the in-memory stores, on the
+// same records; an instant model unless -model says otherwise.
 func stores(ctx context.Context, o options) error {
-	n := orDefault(o.records, 3000)
-	const modelTime, inFlight, maxOpen = 50 * time.Millisecond, 64, 40
+	n := orDefault(o.records, 10000)
+	const inFlight, maxOpen = 64, 40
+	modelTime := o.modelDelay
+	model, what := turn.ModelClient(turn.ModelFunc(instant)), "instant model"
+	if modelTime > 0 {
+		model, what = sleeper(modelTime, false), fmt.Sprintf("%v model", modelTime)
+	}
 	cluster, err := turntest.Start(turntest.Options{})
 	if err != nil {
 		return err
@@ -70,26 +99,31 @@ func stores(ctx context.Context, o options) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	fmt.Printf("stores: %d records, %d partitions, %d keys, %v model, MaxInFlight %d; PostgreSQL pool %d, SQLite file WAL synchronous=FULL\n",
-		n, o.partitions, o.keys, modelTime, inFlight, maxOpen)
-	row("run", "memory turns/s", "postgres turns/s", "sqlite turns/s", "postgres/memory", "sqlite/memory")
+	fmt.Printf("stores: %d records, %d partitions, %d keys, %s, MaxInFlight %d; PostgreSQL pool %d, SQLite file WAL synchronous=FULL; batched: Batching{Size: %d}\n",
+		n, o.partitions, o.keys, what, inFlight, maxOpen, inFlight)
+	cols := []any{"run"}
+	for _, side := range storeSides {
+		cols = append(cols, side.name+" turns/s")
+	}
+	row(append(cols, "postgres batched/unbatched", "sqlite batched/unbatched")...)
 	for run := 1; run <= o.runs; run++ {
-		var rates [3]float64
-		for side := range 3 {
-			m := member{model: sleeper(modelTime, false), tune: func(c *consumer.Config) { c.MaxInFlight = inFlight }}
+		rates := make([]float64, len(storeSides))
+		for i, side := range storeSides {
+			m := member{model: model, tune: func(c *consumer.Config) { c.MaxInFlight = inFlight }}
 			cleanup := func() {}
-			switch side {
-			case 1:
-				st, c, err := durable(ctx, "pgx", o.postgres, sqlsession.PostgreSQL, inFlight, maxOpen)
-				if err != nil {
-					return fmt.Errorf("PostgreSQL: %w", err)
+			if side.driver != "" {
+				dsn := o.postgres
+				if side.dialect == sqlsession.SQLite {
+					path := filepath.Join(dir, fmt.Sprintf("run%d-%d.db", run, i))
+					dsn = "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)"
 				}
-				m.sessions, m.inbox, cleanup = st.sessions, st.inbox, c
-			case 2:
-				path := filepath.Join(dir, fmt.Sprintf("run%d.db", run))
-				st, c, err := durable(ctx, "sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)", sqlsession.SQLite, inFlight, maxOpen)
+				var batch sqlsession.Batching
+				if side.batched {
+					batch = sqlsession.Batching{Size: inFlight}
+				}
+				st, c, err := durableBatched(ctx, side.driver, dsn, side.dialect, inFlight, maxOpen, batch)
 				if err != nil {
-					return fmt.Errorf("SQLite: %w", err)
+					return fmt.Errorf("%s: %w", side.name, err)
 				}
 				m.sessions, m.inbox, cleanup = st.sessions, st.inbox, c
 			}
@@ -103,12 +137,15 @@ func stores(ctx context.Context, o options) error {
 			}
 			cleanup()
 			if err != nil {
-				return err
+				return fmt.Errorf("%s: %w", side.name, err)
 			}
-			rates[side] = float64(n) / d.Seconds()
+			rates[i] = float64(n) / d.Seconds()
 		}
-		row(run, fmt.Sprintf("%.0f", rates[0]), fmt.Sprintf("%.0f", rates[1]), fmt.Sprintf("%.0f", rates[2]),
-			fmt.Sprintf("%.2f", rates[1]/rates[0]), fmt.Sprintf("%.2f", rates[2]/rates[0]))
+		cells := []any{run}
+		for _, r := range rates {
+			cells = append(cells, fmt.Sprintf("%.0f", r))
+		}
+		row(append(cells, fmt.Sprintf("%.2f", rates[2]/rates[1]), fmt.Sprintf("%.2f", rates[4]/rates[3]))...)
 	}
 	return nil
 }

@@ -1,0 +1,317 @@
+package sqlsession
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/turnstile-go/turnstile/internal/sqldialect"
+	"github.com/turnstile-go/turnstile/session"
+)
+
+// Batching configures the batching of the store's writes (Create, Append, AppendTx) across
+// concurrent callers (see Options.Batch). Size is the most writes one batch holds (0:
+// batching off, the default), Wait how long a batch waits for more after its first (0:
+// DefaultBatchWait).
+type Batching = sqldialect.Batching
+
+// DefaultBatchWait is the Batching.Wait used when it is zero: 1 ms.
+const DefaultBatchWait = sqldialect.DefaultBatchWait
+
+// batchInsert is how many events one INSERT of a batch carries: 4,500 host parameters, under
+// SQLite's limit of 32,766 (modernc.org/sqlite) and PostgreSQL's of 65,535.
+const batchInsert = 500
+
+// appendReq is one caller's Append or AppendTx in a batch.
+type appendReq struct {
+	key      session.Key
+	expected int64
+	turn     session.Turn
+	join     session.JoinFunc
+}
+
+type appendCall = sqldialect.Call[appendReq, session.Appended]
+
+// batchKey is the session a call writes: the Batcher keeps two appends to one session out of
+// one batch, since one UPDATE ... FROM changes a row once.
+func batchKey(k session.Key) string { return k.App + "\x00" + k.Conversation }
+
+// runAppends makes the appends of calls in one write transaction: one UPDATE bumps the version
+// of every session whose expected version matches and whose turn is not stored yet, one INSERT
+// (per batchInsert events) adds the events of all of them, each caller's join runs in the
+// transaction (a deferred write, such as inbox/sqlinbox's completion, is made for all of them
+// in one statement before the commit), and one COMMIT ends it. A caller whose bump did not
+// match gets its own outcome (ErrConflict, ErrNotFound, ErrOwnerMismatch, or its stored turn
+// as a duplicate) and writes nothing. When a caller's join fails, the transaction is rolled
+// back and run again without that caller, who gets the join's error; the others' joins then
+// run again. A batch that fails otherwise fails every caller, except that a failure that is
+// neither retryable nor the end of every caller's context is retried one call at a time, so
+// that one caller's bad input fails that caller alone.
+func (s *Store) runAppends(ctx context.Context, calls []*appendCall) {
+	slices.SortFunc(calls, func(x, y *appendCall) int {
+		return cmp.Or(strings.Compare(x.Req.key.App, y.Req.key.App), strings.Compare(x.Req.key.Conversation, y.Req.key.Conversation))
+	})
+	for {
+		calls = sqldialect.LiveCalls(calls)
+		if len(calls) == 0 {
+			return
+		}
+		out, failed, err := s.appendMany(ctx, calls)
+		switch {
+		case sqldialect.RetryAlone(ctx, len(calls), err):
+			for _, c := range calls {
+				c.Finish(s.appendOne(sqldialect.CallContext(ctx, c.Ctx), c.Req.key, c.Req.expected, c.Req.turn, c.Req.join))
+			}
+			return
+		case err != nil:
+			for _, c := range calls {
+				c.Finish(session.Appended{}, s.fail(ctx, "append (batched)", c.Req.key, err))
+			}
+			return
+		case len(failed) == 0:
+			for i, c := range calls {
+				c.Finish(out[i].ap, out[i].err)
+			}
+			return
+		}
+		rest := calls[:0:0]
+		for i, c := range calls {
+			if err, ok := failed[i]; ok {
+				c.Finish(session.Appended{}, err)
+			} else {
+				rest = append(rest, c)
+			}
+		}
+		calls = rest
+	}
+}
+
+// appendOutcome is one call's outcome in a batch that committed.
+type appendOutcome struct {
+	ap    session.Appended
+	err   error
+	write bool // the call's turn is written in the batch
+}
+
+type bumped struct{ id, version, count int64 }
+
+// appendMany runs one transaction of the batch. It returns each call's outcome once it
+// committed; or the errors of the calls whose joins failed, the transaction rolled back; or
+// the error that failed the batch.
+func (s *Store) appendMany(ctx context.Context, calls []*appendCall) ([]appendOutcome, map[int]error, error) {
+	tx, err := s.d.BeginWrite(ctx, s.db)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer tx.Rollback()
+	got, err := s.bumpMany(ctx, tx, calls)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.hook(ctx, "bumped", tx)
+	out := make([]appendOutcome, len(calls))
+	var rows []any
+	for i, c := range calls {
+		r := c.Req
+		b, ok := got[batchKey(r.key)]
+		if !ok {
+			if out[i], err = s.notBumped(ctx, tx, r); err != nil {
+				return nil, nil, err
+			}
+			continue
+		}
+		n := int64(len(r.turn.Events))
+		events := make([]session.Event, n)
+		for j, e := range r.turn.Events {
+			e.RequestID, e.Seq = r.turn.RequestID, b.count-n+int64(j)+1
+			e.Data, e.Time = nilIfEmpty(bytes.Clone(e.Data)), sqldialect.StoredTime(e.Time)
+			events[j] = e
+			rows = append(rows, b.id, e.Seq, e.RequestID, j, e.ID, e.Author, e.Text, sqldialect.Bytes(e.Data), s.d.Time(e.Time))
+		}
+		out[i] = appendOutcome{ap: session.Appended{Version: b.version, Events: events}, write: true}
+	}
+	for chunk := range slices.Chunk(rows, batchInsert*eventCols) {
+		if _, err := tx.ExecContext(ctx, s.q.insertEvents(len(chunk)/eventCols), chunk...); err != nil {
+			return nil, nil, err
+		}
+	}
+	if failed, err := s.joinAll(ctx, tx, calls, out); err != nil || len(failed) > 0 {
+		return nil, failed, err
+	}
+	s.hook(ctx, "inserted", tx)
+	if failed := cancelled(calls); len(failed) > 0 {
+		return nil, failed, nil
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, nil, err
+	}
+	return out, nil, nil
+}
+
+// cancelled returns the context errors of the calls whose caller's context has ended, for
+// the batch to roll back and leave them out before it commits.
+func cancelled(calls []*appendCall) map[int]error {
+	var failed map[int]error
+	for i, c := range calls {
+		if err := c.Ctx.Err(); err != nil {
+			if failed == nil {
+				failed = map[int]error{}
+			}
+			failed[i] = err
+		}
+	}
+	return failed
+}
+
+// bumpMany runs the batch's version bump and returns the sessions it bumped, by batchKey.
+func (s *Store) bumpMany(ctx context.Context, tx *sqldialect.Tx, calls []*appendCall) (map[string]bumped, error) {
+	now := s.d.Time(time.Now())
+	args := make([]any, 0, len(calls)*bumpCols)
+	for _, c := range calls {
+		r := c.Req
+		args = append(args, r.key.App, r.key.Conversation, r.key.User, r.expected, int64(len(r.turn.Events)),
+			r.turn.State != nil, sqldialect.Bytes(r.turn.State), now, r.turn.RequestID)
+	}
+	rs, err := tx.QueryContext(ctx, s.q.bumpMany(len(calls)), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	got := make(map[string]bumped, len(calls))
+	for rs.Next() {
+		var (
+			k session.Key
+			b bumped
+		)
+		if err := rs.Scan(&k.App, &k.Conversation, &b.id, &b.version, &b.count); err != nil {
+			return nil, err
+		}
+		got[batchKey(k)] = b
+	}
+	return got, rs.Err()
+}
+
+// notBumped tells why the batch's bump left r's session alone, inside its transaction: not
+// found, another owner, a stale version, or (at the expected version) the turn stored already.
+func (s *Store) notBumped(ctx context.Context, tx *sqldialect.Tx, r appendReq) (appendOutcome, error) {
+	var (
+		owner       string
+		version, id int64
+	)
+	err := tx.QueryRowContext(ctx, s.q.ownerID, r.key.App, r.key.Conversation).Scan(&owner, &version, &id)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return appendOutcome{err: fmt.Errorf("%w: session %s", session.ErrNotFound, r.key)}, nil
+	case err != nil:
+		return appendOutcome{}, err
+	case owner != r.key.User:
+		return appendOutcome{err: fmt.Errorf("%w: session %s", session.ErrOwnerMismatch, r.key)}, nil
+	case version != r.expected:
+		return appendOutcome{err: fmt.Errorf("%w: session %s is at version %d, not %d", session.ErrConflict, r.key, version, r.expected)}, nil
+	}
+	prior, err := s.readTurn(ctx, tx, id, r.turn.RequestID)
+	if err != nil {
+		return appendOutcome{}, err
+	}
+	if len(prior) == 0 { // the session was replaced meanwhile (deleted, created again)
+		return appendOutcome{err: fmt.Errorf("%w: session %s changed during the append", session.ErrConflict, r.key)}, nil
+	}
+	return appendOutcome{ap: session.Appended{Version: r.expected, Events: prior, Duplicate: true}}, nil
+}
+
+// joinAll runs the joins of the calls that write, then the writes they deferred, and returns
+// the errors of the calls whose join failed (the first one met: on PostgreSQL a failed
+// statement ends the transaction) or the error that fails the batch.
+func (s *Store) joinAll(ctx context.Context, tx *sqldialect.Tx, calls []*appendCall, out []appendOutcome) (map[int]error, error) {
+	bt := sqldialect.NewBatchTx(tx)
+	for i, c := range calls {
+		if !out[i].write || c.Req.join == nil {
+			continue
+		}
+		bt.SetItem(i)
+		if err := callJoin(ctx, c.Req.join, bt, out[i].ap.Events); err != nil {
+			return map[int]error{i: fmt.Errorf("sqlsession: append %s: joined write: %w", c.Req.key, err)}, nil
+		}
+	}
+	failed, err := bt.Flush(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i, err := range failed {
+		failed[i] = fmt.Errorf("sqlsession: append %s: joined write: %w", calls[i].Req.key, err)
+	}
+	return failed, nil
+}
+
+// callJoin calls join, turning a panic into its error: the batch's other callers go on.
+func callJoin(ctx context.Context, join session.JoinFunc, tx session.SQLTx, events []session.Event) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("join panicked: %v", v)
+		}
+	}()
+	return join(ctx, tx, events)
+}
+
+// createReq is one caller's Create in a batch: the insert, without the reading of the
+// session found in its way, which the caller does on its own.
+type createReq struct {
+	key   session.Key
+	state []byte
+	now   time.Time
+}
+
+type createCall = sqldialect.Call[createReq, bool]
+
+// createCols is how many host parameters one session takes in the batched insert.
+const createCols = 5
+
+// runCreates inserts the sessions of calls in one INSERT ... ON CONFLICT DO NOTHING
+// RETURNING statement, one row each (one key at most once: the Batcher sees to it), and tells
+// each caller whether its row went in. A failure that is neither retryable nor the end of every
+// caller's context is retried one call at a time, as runAppends does.
+func (s *Store) runCreates(ctx context.Context, calls []*createCall) {
+	calls = sqldialect.LiveCalls(calls)
+	if len(calls) == 0 {
+		return
+	}
+	inserted, err := s.createMany(ctx, calls)
+	if sqldialect.RetryEachAlone(ctx, calls, err, func(ctx context.Context, c *createCall) (bool, error) { return s.createOne(ctx, c.Req) }) {
+		return
+	}
+	for _, c := range calls {
+		c.Finish(inserted[batchKey(c.Req.key)], err)
+	}
+}
+
+// createMany runs the batched insert and returns the sessions it inserted, by batchKey.
+func (s *Store) createMany(ctx context.Context, calls []*createCall) (map[string]bool, error) {
+	args := make([]any, 0, len(calls)*createCols)
+	for _, c := range calls {
+		r := c.Req
+		args = append(args, r.key.App, r.key.Conversation, r.key.User, sqldialect.Bytes(r.state), s.d.Time(r.now))
+	}
+	inserted := make(map[string]bool, len(calls))
+	err := s.d.Write(ctx, s.db, func() error {
+		rows, err := s.db.QueryContext(ctx, s.q.createMany(len(calls)), args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k session.Key
+			if err := rows.Scan(&k.App, &k.Conversation); err != nil {
+				return err
+			}
+			inserted[batchKey(k)] = true
+		}
+		return rows.Err()
+	})
+	return inserted, err
+}
