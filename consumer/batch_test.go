@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -18,18 +17,17 @@ import (
 )
 
 // handOffs is a BatchHandler that, as the Temporal bridge does, publishes nothing and records
-// what it was handed, per call. The first call waits for hold (nil: no wait), so that the
-// records produced meanwhile wait in the window.
+// what it was handed, per call. Calls wait until hold closes (nil: no wait), so that every
+// record produced meanwhile waits in the window.
 type handOffs struct {
 	mu      sync.Mutex
 	calls   [][]turn.Request
 	hold    chan struct{}
-	held    atomic.Bool
 	failAll bool // HandleBatch fails: the consumer falls back to Handle
 }
 
 func (h *handOffs) wait() {
-	if h.hold != nil && h.held.CompareAndSwap(false, true) {
+	if h.hold != nil {
 		<-h.hold
 	}
 }

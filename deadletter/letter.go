@@ -33,7 +33,7 @@ import (
 // request dead-lettered again after a re-drive is re-driven with one, not two.
 const HeaderRedrivenFrom = record.HeaderRedrivenFrom
 
-// Values of Letter.Origin (the origin header, consumer.HeaderOrigin).
+// Values of Letter.Origin (the request-origin header, consumer.HeaderOrigin).
 const (
 	// OriginSubmit: the request came from Bridge.Submit of package workflow, not from a record
 	// of the requests topic; Redrive sends it to Options.RequestsTopic on its key's partition.
@@ -80,7 +80,7 @@ type Letter struct {
 	// without its value); empty when they are there.
 	HeadersDropped, KeyDropped string
 	// Origin is where the request came from when not from a record of the requests topic
-	// (OriginSubmit, OriginGap; the origin header); empty for a record's dead letter.
+	// (OriginSubmit, OriginGap; the request-origin header); empty for a record's dead letter.
 	// WorkflowID is the conversation workflow that dead-lettered it (Temporal mode), and
 	// Sequence the request's Sequence, or a gap's skipped sequence, when the dead letter says.
 	Origin, WorkflowID string

@@ -119,7 +119,7 @@
 // BridgeOptions.Telemetry. Bridge.Release (the ReleaseUpdateName update; the CLI's turnstile
 // release) skips the missing sequences now, and Config.GapTimeout does it once a conversation
 // has been held that long: each skipped sequence is a dead letter with the reason GapReason
-// (no value; its origin header says "gap"; its request-id header is a version 5 UUID of the
+// (no value; its request-origin header says "gap"; its request-id header is a version 5 UUID of the
 // workflow id and the sequence, so that a reader dedups the copies a retried report
 // publishes), and the held requests then apply in order.
 //
@@ -127,7 +127,7 @@
 // re-published record carries the redriven-from header, the bridge marks its envelope
 // RedrivenFrom, and the workflow runs it again instead of dropping it as already applied; the
 // inbox decides whether it runs (one new turn, one result, the entry done; a second copy
-// publishes nothing). A dead letter of Bridge.Submit carries the origin header "submit" and the
+// publishes nothing). A dead letter of Bridge.Submit carries the request-origin header "submit" and the
 // workflow-id header, and deadletter.Redrive sends it to the requests topic on its key's
 // partition. Changes to the
 // workflow's code must keep replaying the histories recorded in testdata (the replay test);

@@ -230,7 +230,7 @@ func (c *conversation) release(ctx twf.Context, r Release) (Released, error) {
 // skipped sequence (and one for the range From..To, when set), published with the workers'
 // Publisher. The dead letter's envelope carries the conversation, the user and the sequence,
 // no text, and Origin "gap": there is no request to re-drive (KafkaPublisher writes no value,
-// and the origin, workflow-id and sequence headers). Its request id is the gap's identity,
+// and the request-origin, workflow-id and request-sequence headers). Its request id is the gap's identity,
 // record.GapRequestID of the workflow id and the sequence (the range's first sequence for the
 // range's dead letter): a retried activity publishes the gap's dead letters again, and a
 // reader dedups the copies by their request-id header.

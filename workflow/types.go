@@ -56,7 +56,7 @@ type Envelope struct {
 	// Origin, when set, says where the request came from when not from a record of the
 	// requests topic: "submit" (Bridge.Submit sets it; Source says nothing then), or "gap" on
 	// the envelope of a gap dead letter (GapActivityName: no request). A dead letter carries
-	// it in the origin header (consumer.HeaderOrigin), which deadletter.Redrive reads: it
+	// it in the request-origin header (consumer.HeaderOrigin), which deadletter.Redrive reads: it
 	// sends a Submit's request back to the requests topic on its key's partition and refuses
 	// a gap's.
 	Origin string `json:"origin,omitempty"`

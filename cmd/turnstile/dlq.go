@@ -41,7 +41,7 @@ again, with fresh attempts (its earlier reason stays in the entry's audit, with 
 the request record is published again to its source partition of the requests topic, with
 its key and headers. A dead letter whose value was dropped (too large) is re-driven from its
 source record. Re-driving twice runs a request once: a request already answered is skipped.
-A dead letter of Temporal mode's Bridge.Submit (origin header "submit") has no source record:
+A dead letter of Temporal mode's Bridge.Submit (request-origin header "submit") has no source record:
 it goes to --requests-topic, which it needs, on its key's partition (murmur2, as a Java
 producer places it); a gap dead letter (reason "gap") has no request and is refused. In
 Temporal mode the workflow runs a re-driven request again (it tells it from a duplicate by the

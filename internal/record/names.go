@@ -62,17 +62,18 @@ const (
 	// request record it copies into a sandbox topic: the original, as "TOPIC/PARTITION/OFFSET".
 	// Replay reads it back to tell a sandbox's copies from production records.
 	HeaderReplayedFrom = "replayed-from"
-	// HeaderOrigin says where a dead letter's request came from when it was not a record of
+	// HeaderOrigin ("request-origin", not "origin", which producers use for their own) says
+	// where a dead letter's request came from when it was not a record of
 	// the requests topic: OriginSubmit (Bridge.Submit of package workflow: the source headers
 	// say nothing) or OriginGap (a sequence that never arrived, skipped by a release: there is
 	// no request). Absent on a dead letter of a record (dead letters).
-	HeaderOrigin = "origin"
+	HeaderOrigin = "request-origin"
 	// HeaderWorkflowID carries the id of the conversation workflow that dead-lettered the
 	// request (Temporal mode's dead letters).
 	HeaderWorkflowID = "workflow-id"
 	// HeaderSequence carries the request's Sequence when it has one, and on a gap dead letter
 	// the skipped sequence (Temporal mode's dead letters).
-	HeaderSequence = "sequence"
+	HeaderSequence = "request-sequence"
 )
 
 // Values of HeaderOrigin.
