@@ -215,14 +215,9 @@ func apply(ctx context.Context, flt fault, slots, workers []*slot, brk *broker, 
 		f.Restarts++
 		return nil
 	case faultDBKill:
-		var n int
-		// The members' connections are picked first (a materialized CTE), so that the planner
-		// cannot call pg_terminate_backend on any other row.
-		err := db.QueryRowContext(ctx, `WITH members AS MATERIALIZED (
-				SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid())
-			SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM members`, appName).Scan(&n)
+		n, err := killConnections(ctx, db, appName)
 		if err != nil {
-			return fmt.Errorf("kill database connections: %w", err)
+			return err
 		}
 		logf("%s: %d connections", flt.kind, n)
 		f.DBKills++
@@ -475,4 +470,31 @@ func (s *temporalServer) stop() {
 func (s *temporalServer) restart(ctx context.Context) error {
 	s.stop()
 	return s.start(ctx)
+}
+
+// killConnections ends every PostgreSQL connection of the run's members and workers and
+// returns how many it ended. A round that finds none (every child is between a crash and its
+// restart, or its pool is idle) tries again every 250 ms for up to 5 s, so that the fault lands
+// on live connections; it returns 0 only if none showed up in that time.
+func killConnections(ctx context.Context, db *sql.DB, appName string) (int, error) {
+	var n int
+	for try := 0; try < 20; try++ {
+		// The members' connections are picked first (a materialized CTE), so that the planner
+		// cannot call pg_terminate_backend on any other row.
+		err := db.QueryRowContext(ctx, `WITH members AS MATERIALIZED (
+				SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid())
+			SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM members`, appName).Scan(&n)
+		if err != nil {
+			return 0, fmt.Errorf("kill database connections: %w", err)
+		}
+		if n > 0 {
+			return n, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	return n, nil
 }
