@@ -44,6 +44,8 @@ type Input struct {
 	// context; the consumer's Config.Replay sets it): stub side-effecting tools or point them
 	// at a sandbox, for the request already had its effects in production.
 	Replay bool
+
+	journal *Journal // the turn's step journal (Journal)
 }
 
 // ToolKey returns the idempotency key of the side effect callID in this turn, scoped to the

@@ -69,6 +69,13 @@ type Runner struct {
 	// holds its turn, and its conversation, until it returns. Either way an answer that comes
 	// after the turn's context ended is dropped, and a panic in the model fails the attempt.
 	InlineModel bool
+	// MaxSteps bounds the steps one turn records in its journal (Input.Journal); default
+	// DefaultMaxSteps. A step past it fails permanently (ErrJournalFull): the request is
+	// dead-lettered.
+	MaxSteps int
+	// MaxJournalBytes bounds the bytes of step outputs one turn records; default
+	// DefaultMaxJournalBytes. A step past it fails permanently (ErrJournalFull).
+	MaxJournalBytes int
 }
 
 // Validate reports a missing required field by name.
@@ -82,8 +89,8 @@ func (r *Runner) Validate() error {
 		return errors.New("turn: Runner.Sessions is nil")
 	case r.Inbox == nil:
 		return errors.New("turn: Runner.Inbox is nil")
-	case r.TurnTimeout < 0, r.HistoryLimit < 0, r.MaxAttempts < 0:
-		return errors.New("turn: Runner.TurnTimeout, HistoryLimit and MaxAttempts must not be negative")
+	case r.TurnTimeout < 0, r.HistoryLimit < 0, r.MaxAttempts < 0, r.MaxSteps < 0, r.MaxJournalBytes < 0:
+		return errors.New("turn: Runner.TurnTimeout, HistoryLimit, MaxAttempts, MaxSteps and MaxJournalBytes must not be negative")
 	}
 	return nil
 }
@@ -249,18 +256,22 @@ func (r *Runner) runTurn(ctx context.Context, req Request, ikey string, attempt 
 	if err != nil {
 		return Result{}, nil, err
 	}
+	in := Input{Request: req, Session: sess, Attempt: attempt, Replay: IsReplay(ctx)}
+	if in.journal, err = r.journal(ctx, ikey, in, first); err != nil {
+		return Result{}, nil, err
+	}
 	if !first {
 		// An earlier delivery may have appended the turn and crashed (or failed to reach the
 		// inbox) before completing it: reuse that turn rather than call the model again.
 		stored, err := r.Sessions.FindTurn(ctx, key, req.ID)
 		switch {
 		case err == nil:
-			return r.complete(ctx, req, ikey, stored)
+			return r.complete(ctx, req, ikey, stored, true)
 		case !errors.Is(err, session.ErrNotFound):
 			return Result{}, nil, fmt.Errorf("session find turn: %w", err)
 		}
 	}
-	out, err := r.respond(ctx, Input{Request: req, Session: sess, Attempt: attempt, Replay: IsReplay(ctx)})
+	out, err := r.respond(ctx, in)
 	if err != nil {
 		return Result{}, nil, fmt.Errorf("model: %w", err)
 	}
@@ -286,14 +297,15 @@ func (r *Runner) runTurn(ctx context.Context, req Request, ikey string, attempt 
 		return Result{}, nil, err
 	}
 	t := session.Turn{RequestID: req.ID, Events: events, State: out.State}
+	promote := in.journal.hasDeferred()
 	if sessions, ib, ok := r.joint(); ok {
-		return r.appendAndComplete(ctx, req, ikey, key, sess.Version, t, sessions, ib)
+		return r.appendAndComplete(ctx, req, ikey, key, sess.Version, t, promote, sessions, ib)
 	}
 	appended, err := r.Sessions.Append(ctx, key, sess.Version, t)
 	if err != nil {
 		return Result{}, nil, fmt.Errorf("session append at version %d: %w", sess.Version, err)
 	}
-	return r.complete(ctx, req, ikey, appended.Events)
+	return r.complete(ctx, req, ikey, appended.Events, promote || appended.Duplicate)
 }
 
 // checkResultSize returns a permanent *ResultTooLargeError when the Result of the turn of
@@ -356,7 +368,7 @@ func (r *Runner) joint() (session.TxAppender, inbox.TxCompleter, bool) {
 // crash falls between the two (one commit instead of two). A duplicate turn, which AppendTx
 // does not join, is completed as on the separate path.
 func (r *Runner) appendAndComplete(ctx context.Context, req Request, ikey string, key session.Key, version int64, t session.Turn,
-	sessions session.TxAppender, ib inbox.TxCompleter) (Result, []byte, error) {
+	promote bool, sessions session.TxAppender, ib inbox.TxCompleter) (Result, []byte, error) {
 	var (
 		res    Result
 		data   []byte
@@ -366,6 +378,11 @@ func (r *Runner) appendAndComplete(ctx context.Context, req Request, ikey string
 		var err error
 		if res, data, err = r.result(req, stored); err != nil {
 			return err
+		}
+		if promote {
+			if err := r.promoteTx(ctx, tx, ikey); err != nil {
+				return err
+			}
 		}
 		if err := ib.CompleteTx(ctx, tx, ikey, data); err != nil {
 			return fmt.Errorf("inbox complete: %w", err)
@@ -377,7 +394,7 @@ func (r *Runner) appendAndComplete(ctx context.Context, req Request, ikey string
 	case err != nil:
 		return Result{}, nil, fmt.Errorf("session append with inbox complete at version %d: %w", version, err)
 	case appended.Duplicate:
-		return r.complete(ctx, req, ikey, appended.Events)
+		return r.complete(ctx, req, ikey, appended.Events, true)
 	case !joined: // a Store that breaks its contract; never return a result not stored
 		return Result{}, nil, errors.New("session store appended the turn without the inbox completion")
 	}
@@ -462,16 +479,56 @@ func abandonedIf(ctx context.Context, err error) error {
 }
 
 // complete builds the Result from the stored turn and stores it in the inbox under ikey, req's
-// InboxKey. It returns the Result and its encoding.
-func (r *Runner) complete(ctx context.Context, req Request, ikey string, stored []session.Event) (Result, []byte, error) {
+// InboxKey. With promote (the turn deferred side effects, or another delivery stored it) it
+// first promotes the request's deferred steps to the outbox: the turn is stored, so it has
+// committed, and a crash before the completion promotes again harmlessly on the next
+// delivery. It returns the Result and its encoding.
+func (r *Runner) complete(ctx context.Context, req Request, ikey string, stored []session.Event, promote bool) (Result, []byte, error) {
 	res, data, err := r.result(req, stored)
 	if err != nil {
 		return Result{}, nil, err
+	}
+	if ob, ok := r.Inbox.(inbox.Outbox); ok && promote {
+		if _, err := ob.Promote(ctx, ikey); err != nil {
+			return Result{}, nil, fmt.Errorf("outbox promote: %w", err)
+		}
 	}
 	if err := r.Inbox.Complete(ctx, ikey, data); err != nil {
 		return Result{}, nil, fmt.Errorf("inbox complete: %w", err)
 	}
 	return res, data, nil
+}
+
+// promoteTx promotes the request's deferred steps inside the transaction that stores its turn:
+// with PromoteTx when the inbox is a TxOutbox, or else, when it is an Outbox, with Promote
+// before the transaction commits (a crash after it and before the commit leaves intents of a
+// turn that did not commit; an Outbox that shares the turn's database should be a TxOutbox).
+func (r *Runner) promoteTx(ctx context.Context, tx session.SQLTx, ikey string) error {
+	var err error
+	switch ob := r.Inbox.(type) {
+	case inbox.TxOutbox:
+		_, err = ob.PromoteTx(ctx, tx, ikey)
+	case inbox.Outbox:
+		_, err = ob.Promote(ctx, ikey)
+	}
+	if err != nil {
+		return fmt.Errorf("outbox promote: %w", err)
+	}
+	return nil
+}
+
+// journal returns the step journal of the turn of in: with the steps an earlier delivery
+// recorded when this one is not the first (a first delivery has none to load: no query).
+func (r *Runner) journal(ctx context.Context, ikey string, in Input, first bool) (*Journal, error) {
+	jib, _ := r.Inbox.(inbox.Journal)
+	var loaded []inbox.Step
+	if jib != nil && !first {
+		var err error
+		if loaded, err = jib.Steps(ctx, ikey); err != nil {
+			return nil, fmt.Errorf("inbox steps: %w", err)
+		}
+	}
+	return newJournal(jib, ikey, in.ToolKey, r.maxSteps(), r.maxJournalBytes(), loaded), nil
 }
 
 // result builds the Result of req from its stored turn, and its encoding for the inbox.
