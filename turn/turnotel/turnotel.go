@@ -130,6 +130,8 @@ const (
 	AttrInboxStatus    = attribute.Key("turnstile.inbox.status")
 	AttrKind           = attribute.Key("turnstile.error.kind")
 	AttrDuplicate      = attribute.Key("turnstile.session.duplicate") // session.Append found the turn stored already
+	AttrStep           = attribute.Key("turnstile.step")              // a journal step's ordinal in its turn (inbox.RecordStep)
+	AttrStepName       = attribute.Key("turnstile.step.name")         // a journal step's name ("model", "tool:refund")
 )
 
 // Model returns m with a model.Respond span around each call and, with a MeterProvider, the
