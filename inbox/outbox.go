@@ -106,10 +106,13 @@ type IntentFilter struct {
 // the receiving service.
 type Outbox interface {
 	Journal
-	// Promote makes every deferred step recorded under key a pending intent, due now, unless
-	// it is one already (an intent is never promoted twice, so a Promote run again after a
-	// crash is harmless). It returns how many intents it created. Errors: ErrInvalid.
-	Promote(ctx context.Context, key string) (int, error)
+	// Promote makes every deferred step recorded under key with an ordinal up to through (all
+	// of them when through < 1) a pending intent, due now, unless it is one already (an intent
+	// is never promoted twice, so a Promote run again after a crash is harmless). through is
+	// the committed turn's last step: a deferred step past it was recorded by a run of the
+	// request that did not commit (a zombie whose model took another path) and is never
+	// promoted. It returns how many intents it created. Errors: ErrInvalid.
+	Promote(ctx context.Context, key string, through int) (int, error)
 	// Claim leases up to n due pending intents for lease: each counts an attempt and becomes
 	// due again at now plus lease (so an intent whose deliverer died is claimed again then).
 	// Oldest due first. Errors: ErrInvalid (n < 1, lease <= 0).
@@ -138,5 +141,5 @@ type TxOutbox interface {
 	Outbox
 	TxCompleter
 	// PromoteTx is Promote with its statements run on tx, a transaction on TxDB().
-	PromoteTx(ctx context.Context, tx SQLTx, key string) (int, error)
+	PromoteTx(ctx context.Context, tx SQLTx, key string, through int) (int, error)
 }

@@ -210,15 +210,15 @@ func (j *Journal) record(ctx context.Context, s inbox.Step) (inbox.Step, error) 
 	return stored, nil
 }
 
-// hasDeferred reports whether the journal holds a deferred step: the turn's commit must then
-// promote the request's intents.
-func (j *Journal) hasDeferred() bool {
-	if j == nil {
-		return false
-	}
+// through returns what the turn's commit promotes: the turn's last step's ordinal when the
+// journal holds a deferred step, noPromote when it holds none.
+func (j *Journal) through() int {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return j.deferred
+	if !j.deferred || j.next == 0 { // no step of this turn can be a deferred one
+		return noPromote
+	}
+	return j.next
 }
 
 // Replayed returns how many steps this run of the turn answered from the journal without

@@ -266,7 +266,7 @@ func (r *Runner) runTurn(ctx context.Context, req Request, ikey string, attempt 
 		stored, err := r.Sessions.FindTurn(ctx, key, req.ID)
 		switch {
 		case err == nil:
-			return r.complete(ctx, req, ikey, stored, true)
+			return r.complete(ctx, req, ikey, stored, r.promoteFound())
 		case !errors.Is(err, session.ErrNotFound):
 			return Result{}, nil, fmt.Errorf("session find turn: %w", err)
 		}
@@ -297,15 +297,18 @@ func (r *Runner) runTurn(ctx context.Context, req Request, ikey string, attempt 
 		return Result{}, nil, err
 	}
 	t := session.Turn{RequestID: req.ID, Events: events, State: out.State}
-	promote := in.journal.hasDeferred()
+	through := in.journal.through()
 	if sessions, ib, ok := r.joint(); ok {
-		return r.appendAndComplete(ctx, req, ikey, key, sess.Version, t, promote, sessions, ib)
+		return r.appendAndComplete(ctx, req, ikey, key, sess.Version, t, through, sessions, ib)
 	}
 	appended, err := r.Sessions.Append(ctx, key, sess.Version, t)
-	if err != nil {
+	switch {
+	case err != nil:
 		return Result{}, nil, fmt.Errorf("session append at version %d: %w", sess.Version, err)
+	case appended.Duplicate:
+		through = r.promoteFound()
 	}
-	return r.complete(ctx, req, ikey, appended.Events, promote || appended.Duplicate)
+	return r.complete(ctx, req, ikey, appended.Events, through)
 }
 
 // checkResultSize returns a permanent *ResultTooLargeError when the Result of the turn of
@@ -368,7 +371,7 @@ func (r *Runner) joint() (session.TxAppender, inbox.TxCompleter, bool) {
 // crash falls between the two (one commit instead of two). A duplicate turn, which AppendTx
 // does not join, is completed as on the separate path.
 func (r *Runner) appendAndComplete(ctx context.Context, req Request, ikey string, key session.Key, version int64, t session.Turn,
-	promote bool, sessions session.TxAppender, ib inbox.TxCompleter) (Result, []byte, error) {
+	through int, sessions session.TxAppender, ib inbox.TxCompleter) (Result, []byte, error) {
 	var (
 		res    Result
 		data   []byte
@@ -379,8 +382,8 @@ func (r *Runner) appendAndComplete(ctx context.Context, req Request, ikey string
 		if res, data, err = r.result(req, stored); err != nil {
 			return err
 		}
-		if promote {
-			if err := r.promoteTx(ctx, tx, ikey); err != nil {
+		if through >= 0 {
+			if err := r.promoteTx(ctx, tx, ikey, through); err != nil {
 				return err
 			}
 		}
@@ -394,7 +397,8 @@ func (r *Runner) appendAndComplete(ctx context.Context, req Request, ikey string
 	case err != nil:
 		return Result{}, nil, fmt.Errorf("session append with inbox complete at version %d: %w", version, err)
 	case appended.Duplicate:
-		return r.complete(ctx, req, ikey, appended.Events, true)
+		// The run that stored the turn promoted its intents in its own transaction.
+		return r.complete(ctx, req, ikey, appended.Events, noPromote)
 	case !joined: // a Store that breaks its contract; never return a result not stored
 		return Result{}, nil, errors.New("session store appended the turn without the inbox completion")
 	}
@@ -478,18 +482,21 @@ func abandonedIf(ctx context.Context, err error) error {
 	return fmt.Errorf("%w: %w: %w", ErrAbandoned, context.Cause(ctx), err)
 }
 
+// noPromote is the through of a commit that promotes nothing (complete, promoteTx).
+const noPromote = -1
+
 // complete builds the Result from the stored turn and stores it in the inbox under ikey, req's
-// InboxKey. With promote (the turn deferred side effects, or another delivery stored it) it
-// first promotes the request's deferred steps to the outbox: the turn is stored, so it has
-// committed, and a crash before the completion promotes again harmlessly on the next
-// delivery. It returns the Result and its encoding.
-func (r *Runner) complete(ctx context.Context, req Request, ikey string, stored []session.Event, promote bool) (Result, []byte, error) {
+// InboxKey. With through >= 0 (the turn deferred side effects, or another delivery stored it
+// on the separate path) it first promotes the request's deferred steps up to through to the
+// outbox (0: all): the turn is stored, so it has committed, and a crash before the completion
+// promotes again harmlessly on the next delivery. It returns the Result and its encoding.
+func (r *Runner) complete(ctx context.Context, req Request, ikey string, stored []session.Event, through int) (Result, []byte, error) {
 	res, data, err := r.result(req, stored)
 	if err != nil {
 		return Result{}, nil, err
 	}
-	if ob, ok := r.Inbox.(inbox.Outbox); ok && promote {
-		if _, err := ob.Promote(ctx, ikey); err != nil {
+	if ob, ok := r.Inbox.(inbox.Outbox); ok && through >= 0 {
+		if _, err := ob.Promote(ctx, ikey, through); err != nil {
 			return Result{}, nil, fmt.Errorf("outbox promote: %w", err)
 		}
 	}
@@ -503,18 +510,31 @@ func (r *Runner) complete(ctx context.Context, req Request, ikey string, stored 
 // with PromoteTx when the inbox is a TxOutbox, or else, when it is an Outbox, with Promote
 // before the transaction commits (a crash after it and before the commit leaves intents of a
 // turn that did not commit; an Outbox that shares the turn's database should be a TxOutbox).
-func (r *Runner) promoteTx(ctx context.Context, tx session.SQLTx, ikey string) error {
+func (r *Runner) promoteTx(ctx context.Context, tx session.SQLTx, ikey string, through int) error {
 	var err error
 	switch ob := r.Inbox.(type) {
 	case inbox.TxOutbox:
-		_, err = ob.PromoteTx(ctx, tx, ikey)
+		_, err = ob.PromoteTx(ctx, tx, ikey, through)
 	case inbox.Outbox:
-		_, err = ob.Promote(ctx, ikey)
+		_, err = ob.Promote(ctx, ikey, through)
 	}
 	if err != nil {
 		return fmt.Errorf("outbox promote: %w", err)
 	}
 	return nil
+}
+
+// promoteFound is the through of a commit that completes a turn another run stored (found by
+// FindTurn, or a duplicate append): on the joint path nothing, for that run promoted its
+// intents in the transaction that stored the turn; on the separate path all the request's
+// deferred steps, for that run may have crashed between its append and its promotion. (There,
+// a zombie that took another path and deferred past the stored turn's last step in that
+// window has its extra intents promoted too; the joint path has no such window.)
+func (r *Runner) promoteFound() int {
+	if _, _, ok := r.joint(); ok {
+		return noPromote
+	}
+	return 0
 }
 
 // journal returns the step journal of the turn of in: with the steps an earlier delivery

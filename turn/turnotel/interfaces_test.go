@@ -50,7 +50,7 @@ func (p journalPart) RecordStep(_ context.Context, _ string, s inbox.Step) (inbo
 	p.c.add("RecordStep")
 	return s, nil
 }
-func (p outboxPart) Promote(context.Context, string) (int, error) { p.c.add("Promote"); return 0, nil }
+func (p outboxPart) Promote(context.Context, string, int) (int, error) { p.c.add("Promote"); return 0, nil }
 func (p outboxPart) Claim(context.Context, int, time.Duration) ([]inbox.Intent, error) {
 	p.c.add("Claim")
 	return nil, nil
@@ -69,7 +69,7 @@ func (p outboxPart) RedriveIntent(context.Context, string, string) (inbox.Intent
 	p.c.add("RedriveIntent")
 	return inbox.Intent{}, nil
 }
-func (p txOutPart) PromoteTx(context.Context, inbox.SQLTx, string) (int, error) {
+func (p txOutPart) PromoteTx(context.Context, inbox.SQLTx, string, int) (int, error) {
 	p.c.add("PromoteTx")
 	return 0, nil
 }
@@ -150,7 +150,7 @@ func TestWrappedInboxKeepsItsInterfaces(t *testing.T) {
 			want += 2
 		}
 		if w, ok := wrapped.(inbox.Outbox); ok {
-			_, err := w.Promote(ctx, "k")
+			_, err := w.Promote(ctx, "k", 0)
 			require.NoError(t, err)
 			_, err = w.Claim(ctx, 1, time.Minute)
 			require.NoError(t, err)
@@ -164,7 +164,7 @@ func TestWrappedInboxKeepsItsInterfaces(t *testing.T) {
 			want += 7
 		}
 		if w, ok := wrapped.(inbox.TxOutbox); ok {
-			_, err := w.PromoteTx(ctx, nil, "k")
+			_, err := w.PromoteTx(ctx, nil, "k", 0)
 			require.NoError(t, err)
 			want++
 		}

@@ -128,9 +128,9 @@ type outboxMethods struct {
 	tracer trace.Tracer
 }
 
-func (b *outboxMethods) Promote(ctx context.Context, key string) (int, error) {
+func (b *outboxMethods) Promote(ctx context.Context, key string, through int) (int, error) {
 	ctx, span := start(ctx, b.tracer, "inbox.Promote")
-	n, err := b.ob.Promote(ctx, key)
+	n, err := b.ob.Promote(ctx, key, through)
 	end(span, err)
 	return n, err
 }
@@ -183,9 +183,9 @@ type txOutboxMethods struct {
 	tracer trace.Tracer
 }
 
-func (b *txOutboxMethods) PromoteTx(ctx context.Context, tx inbox.SQLTx, key string) (int, error) {
+func (b *txOutboxMethods) PromoteTx(ctx context.Context, tx inbox.SQLTx, key string, through int) (int, error) {
 	ctx, span := start(ctx, b.tracer, "inbox.Promote")
-	n, err := b.txo.PromoteTx(ctx, tx, key)
+	n, err := b.txo.PromoteTx(ctx, tx, key, through)
 	end(span, err)
 	return n, err
 }
