@@ -167,7 +167,6 @@ type Inbox struct {
 	begins *sqldialect.Batcher[inbox.Delivery, inbox.Entry]
 }
 
-
 // component names the inbox's schema in the version table.
 const component = "inbox"
 
