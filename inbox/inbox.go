@@ -165,5 +165,9 @@ type Inbox interface {
 	// Kafka delivers again (a redelivery, a replayed or re-published record) runs again as new:
 	// keep entries longer than the requests topic's retention (retention.ms) and than any
 	// producer retries. RunPurge calls it on a schedule.
+	//
+	// A Journal deletes a purged entry's steps with it. An Outbox also deletes its delivered
+	// and dead intents last updated before the cutoff, and counts them in the number
+	// returned; pending intents are never purged, whatever their age.
 	Purge(ctx context.Context, before time.Time) (int64, error)
 }

@@ -10,18 +10,24 @@ import (
 	"time"
 )
 
-var _ Inbox = (*MemoryInbox)(nil)
+var _ Outbox = (*MemoryInbox)(nil)
 
 // MemoryInbox is an Inbox in process memory, safe for concurrent use. Its entries die with the
 // process, so it only dedups within one process: use it for tests and demos. The zero value is
 // not usable; call NewMemoryInbox.
 //
 // Entries are spread over shards by a hash of the key (hash/maphash), each with its own
-// lock, so that concurrent turns of different requests do not queue on one mutex.
+// lock, so that concurrent turns of different requests do not queue on one mutex. The step
+// journal of a key lives in its shard; the outbox's intents, which the relay claims across
+// keys, live in a structure of their own with one lock (memoryOutbox).
+//
+// MemoryInbox implements Outbox (and so Journal): the journal and the intents die with the
+// process too.
 type MemoryInbox struct {
 	shards [memShards]inboxShard
 	seed   maphash.Seed
 	now    func() time.Time
+	outbox memoryOutbox
 }
 
 // memShards is the number of independently locked parts of a MemoryInbox.
@@ -30,6 +36,8 @@ const memShards = 64
 type inboxShard struct {
 	mu      sync.Mutex
 	entries map[string]*Entry
+	// steps holds each key's journal, by ordinal ascending; a key without steps has none.
+	steps map[string][]Step
 }
 
 // NewMemoryInbox returns an empty MemoryInbox.
@@ -37,7 +45,9 @@ func NewMemoryInbox() *MemoryInbox {
 	b := &MemoryInbox{seed: maphash.MakeSeed(), now: time.Now}
 	for i := range b.shards {
 		b.shards[i].entries = make(map[string]*Entry)
+		b.shards[i].steps = make(map[string][]Step)
 	}
+	b.outbox.intents = make(map[string]*Intent)
 	return b
 }
 
@@ -157,6 +167,7 @@ func (b *MemoryInbox) Redrive(ctx context.Context, key, note string) (Entry, err
 	now := b.now().UTC()
 	e.Redrives = append(e.Redrives, RedriveAudit{Reason: e.Reason, Attempts: e.Attempts, Note: note, At: now})
 	e.Status, e.Attempts, e.Reason, e.UpdatedAt = StatusInProgress, 0, "", now
+	delete(sh.steps, key) // a re-driven request runs its steps afresh
 	return clone(e), nil
 }
 
@@ -171,7 +182,9 @@ func (b *MemoryInbox) Get(ctx context.Context, key string) (Entry, error) {
 	return clone(e), nil
 }
 
-// Purge implements Inbox.
+// Purge implements Inbox: it deletes done and dead entries last updated before the cutoff
+// with their journals, and delivered and dead intents last updated before it (pending
+// intents stay whatever their age). The count is of entries and intents.
 func (b *MemoryInbox) Purge(ctx context.Context, before time.Time) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -183,10 +196,11 @@ func (b *MemoryInbox) Purge(ctx context.Context, before time.Time) (int64, error
 		for id, e := range sh.entries {
 			if (e.Status == StatusDone || e.Status == StatusDead) && e.UpdatedAt.Before(before) {
 				delete(sh.entries, id)
+				delete(sh.steps, id)
 				n++
 			}
 		}
 		sh.mu.Unlock()
 	}
-	return n, nil
+	return n + b.outbox.purge(before), nil
 }

@@ -17,12 +17,26 @@
 //
 // # Schema
 //
-// Migrate creates one table, PREFIX+"inbox" ("turnstile_inbox" by default), keyed by
+// Migrate creates the table PREFIX+"inbox" ("turnstile_inbox" by default), keyed by
 // request_id, and records its version in PREFIX+"schema_version". The status column holds
 // "in_progress", "done" or "dead" (StatusNew is never stored); deliveries counts the Begins
 // that counted an attempt, never refunded, so that Begin can tell that it created the entry
 // (deliveries = 1) in the same statement. A partial index on updated_at over done and dead
 // entries serves Purge.
+//
+// The step journal (inbox.Journal) is PREFIX+"inbox_steps", keyed by (request_id, ordinal);
+// the outbox's intents (inbox.Outbox) are PREFIX+"outbox", keyed by id
+// (inbox.IntentID), with an index on (status, next_at) for Claim. Purge deletes a purged
+// entry's steps in the same transaction, and delivered and dead intents last updated before
+// its cutoff; Redrive deletes the entry's steps in its transaction.
+//
+// # The outbox
+//
+// Inbox implements inbox.TxOutbox: PromoteTx turns a request's deferred steps into pending
+// intents inside the transaction that commits its turn. Claim leases intents with
+// UPDATE ... RETURNING (on PostgreSQL over FOR UPDATE SKIP LOCKED, so several relays share
+// one outbox without waiting for each other). The journal's and the outbox's calls are never
+// batched: Options.Batch batches Begin only.
 //
 // New sizes db's connection pool for Options.Concurrency (default 64), as session/sqlsession's
 // New does; give both stores on one *sql.DB the same figure.
@@ -147,12 +161,11 @@ type Inbox struct {
 	db    *sql.DB
 	d     *sqldialect.Dialect
 	q     queries
+	oq    outboxQueries
 	batch int
 	// begins batches Begin when Options.Batch is on; nil otherwise.
 	begins *sqldialect.Batcher[inbox.Delivery, inbox.Entry]
 }
-
-var _ inbox.TxCompleter = (*Inbox)(nil)
 
 // component names the inbox's schema in the version table.
 const component = "inbox"
@@ -177,7 +190,7 @@ func New(db *sql.DB, dialect Dialect, opts Options) (*Inbox, error) {
 	if err := sqldialect.SizePool(db, opts.Concurrency); err != nil {
 		return nil, fmt.Errorf("sqlinbox: %w", err)
 	}
-	b := &Inbox{db: db, d: d, q: buildQueries(d), batch: opts.PurgeBatch}
+	b := &Inbox{db: db, d: d, q: buildQueries(d), oq: buildOutboxQueries(d), batch: opts.PurgeBatch}
 	if opts.Batch.On() {
 		b.begins = sqldialect.NewBatcher(opts.Batch, d, db, b.runBegins)
 	}

@@ -126,7 +126,7 @@ func (b *Inbox) MarkDead(ctx context.Context, key, reason string) error {
 
 // Redrive implements inbox.Inbox: it reads the entry, then updates it only if it is still
 // dead with the audit it read, so that of concurrent Redrives one wins and the others find it
-// not dead.
+// not dead; the update deletes the entry's steps in its transaction.
 func (b *Inbox) Redrive(ctx context.Context, key, note string) (inbox.Entry, error) {
 	if key == "" {
 		return inbox.Entry{}, fmt.Errorf("%w: empty key", inbox.ErrInvalid)
@@ -149,7 +149,7 @@ func (b *Inbox) Redrive(ctx context.Context, key, note string) (inbox.Entry, err
 		if err != nil {
 			return inbox.Entry{}, b.fail(ctx, "redrive", key, err)
 		}
-		res, err := b.exec(ctx, b.q.redrive, key, next, b.d.Time(now), old)
+		res, err := b.redriveTx(ctx, key, next, now, old)
 		switch err := b.changed(ctx, "redrive", key, res, err); {
 		case errors.Is(err, errUnchanged):
 			continue // changed since we read it: read again
@@ -159,6 +159,27 @@ func (b *Inbox) Redrive(ctx context.Context, key, note string) (inbox.Entry, err
 		e.Status, e.Attempts, e.Reason, e.UpdatedAt, e.Redrives = inbox.StatusInProgress, 0, "", now, audit
 		return e, nil
 	}
+}
+
+// redriveTx runs the redrive UPDATE and, when it changed the entry, deletes its steps in
+// the same transaction: a re-driven request runs its steps afresh.
+func (b *Inbox) redriveTx(ctx context.Context, key, next string, now time.Time, old string) (sql.Result, error) {
+	tx, err := b.d.BeginWrite(ctx, b.db)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, b.q.redrive, key, next, b.d.Time(now), old)
+	if err != nil {
+		return nil, err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return res, err
+	}
+	if _, err := tx.ExecContext(ctx, b.oq.clearSteps, key); err != nil {
+		return nil, err
+	}
+	return res, tx.Commit()
 }
 
 // encodeRedrives stores the audit as a JSON array, "" when empty.
@@ -185,22 +206,36 @@ func (b *Inbox) Get(ctx context.Context, key string) (inbox.Entry, error) {
 	return e, nil
 }
 
-// Purge implements inbox.Inbox: DELETE statements of at most Options.PurgeBatch entries each,
-// until one deletes fewer. Each batch commits on its own; on an error the count so far comes
-// back with it.
+// Purge implements inbox.Inbox: DELETE statements of at most Options.PurgeBatch entries each
+// (with their steps), until one deletes fewer, then the same for the delivered and dead
+// intents last updated before the cutoff (pending intents stay). The count is of entries and
+// intents. Each batch commits on its own; on an error the count so far comes back with it.
 func (b *Inbox) Purge(ctx context.Context, before time.Time) (int64, error) {
 	var total int64
 	for {
 		if err := ctx.Err(); err != nil {
 			return total, err
 		}
-		res, err := b.exec(ctx, b.q.purge, b.d.Time(before), b.batch)
+		n, err := b.purgeEntries(ctx, before)
 		if err != nil {
 			return total, fmt.Errorf("sqlinbox: purge: %w", sqldialect.ClassifyContext(ctx, err))
 		}
+		total += n
+		if n < int64(b.batch) {
+			break
+		}
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		res, err := b.exec(ctx, b.oq.purgeIntents, b.d.Time(before), b.batch)
+		if err != nil {
+			return total, fmt.Errorf("sqlinbox: purge intents: %w", sqldialect.ClassifyContext(ctx, err))
+		}
 		n, err := res.RowsAffected()
 		if err != nil {
-			return total, fmt.Errorf("sqlinbox: purge: %w", sqldialect.ClassifyContext(ctx, err))
+			return total, fmt.Errorf("sqlinbox: purge intents: %w", sqldialect.ClassifyContext(ctx, err))
 		}
 		total += n
 		if n < int64(b.batch) {

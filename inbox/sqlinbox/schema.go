@@ -26,6 +26,40 @@ var migrations = []sqldialect.Migration{{
 	// The audit of Redrive: a JSON array of inbox.RedriveAudit, '' when never re-driven.
 	Version:    2,
 	Statements: []string{`ALTER TABLE {p}inbox ADD COLUMN redrives TEXT NOT NULL DEFAULT ''`},
+}, {
+	// The step journal (inbox.Journal) and the outbox (inbox.Outbox). Steps live under their
+	// entry's request_id (no foreign key: SQLite enforces none without a pragma on every
+	// connection; Purge and Redrive delete them with their entry). An intent's id is
+	// inbox.IntentID(request_id, ordinal). outbox_claim serves Claim, outbox_purge Purge.
+	Version: 3,
+	Statements: []string{
+		`CREATE TABLE {p}inbox_steps (
+			request_id TEXT NOT NULL,
+			ordinal INTEGER NOT NULL,
+			name TEXT NOT NULL,
+			output {bytes},
+			deferred BOOLEAN NOT NULL,
+			created_at {time} NOT NULL,
+			PRIMARY KEY (request_id, ordinal)
+		)`,
+		`CREATE TABLE {p}outbox (
+			id TEXT NOT NULL PRIMARY KEY,
+			request_id TEXT NOT NULL,
+			conversation TEXT NOT NULL,
+			ordinal INTEGER NOT NULL,
+			name TEXT NOT NULL,
+			payload {bytes},
+			status TEXT NOT NULL,
+			attempts INTEGER NOT NULL,
+			reason TEXT NOT NULL DEFAULT '',
+			next_at {time} NOT NULL,
+			created_at {time} NOT NULL,
+			updated_at {time} NOT NULL
+		)`,
+		`CREATE INDEX {p}outbox_claim ON {p}outbox (status, next_at)`,
+		`CREATE INDEX {p}outbox_purge ON {p}outbox (updated_at) WHERE status IN ('delivered', 'dead')`,
+		`CREATE INDEX {p}outbox_list ON {p}outbox (created_at, id)`,
+	},
 }}
 
 // Stored statuses; StatusNew is never stored.
