@@ -129,7 +129,7 @@ func (e *env) start(o memberOpts) *member {
 	d := &cutDialer{}
 	// A crashed member's process is gone: its stores go silent with its network, so nothing it
 	// had in flight writes anything (no refund, no late append).
-	r.Sessions, r.Inbox = deadSessions{Store: r.Sessions, d: d}, deadInbox{Inbox: r.Inbox, d: d}
+	r.Sessions, r.Inbox = deadSessions{Store: r.Sessions, d: d}, withDeath(r.Inbox, d)
 	sc := e.cluster.Config()
 	sc.Net.Proxy.Enable = true
 	sc.Net.Proxy.Dialer = d
@@ -280,6 +280,60 @@ func (b deadInbox) MarkDead(ctx context.Context, id, reason string) error {
 		return errCrashed
 	}
 	return b.Inbox.MarkDead(ctx, id, reason)
+}
+
+// withDeath wraps ib so that it goes silent when d is cut; an inbox.Outbox stays one, so the
+// member's turns keep their step journal and outbox.
+func withDeath(ib inbox.Inbox, d *cutDialer) inbox.Inbox {
+	if ob, ok := ib.(inbox.Outbox); ok {
+		return deadOutbox{deadInbox: deadInbox{Inbox: ib, d: d}, ob: ob}
+	}
+	return deadInbox{Inbox: ib, d: d}
+}
+
+// deadOutbox is deadInbox for an inbox.Outbox: the journal's and the commit's writes die with
+// the member; the relay's calls pass through.
+type deadOutbox struct {
+	deadInbox
+	ob inbox.Outbox
+}
+
+func (b deadOutbox) Steps(ctx context.Context, key string) ([]inbox.Step, error) {
+	if b.d.isDead() {
+		return nil, errCrashed
+	}
+	return b.ob.Steps(ctx, key)
+}
+
+func (b deadOutbox) RecordStep(ctx context.Context, key string, s inbox.Step) (inbox.Step, error) {
+	if b.d.isDead() {
+		return inbox.Step{}, errCrashed
+	}
+	return b.ob.RecordStep(ctx, key, s)
+}
+
+func (b deadOutbox) Promote(ctx context.Context, key string, through int) (int, error) {
+	if b.d.isDead() {
+		return 0, errCrashed
+	}
+	return b.ob.Promote(ctx, key, through)
+}
+
+func (b deadOutbox) Claim(ctx context.Context, n int, lease time.Duration) ([]inbox.Intent, error) {
+	return b.ob.Claim(ctx, n, lease)
+}
+func (b deadOutbox) Delivered(ctx context.Context, id string) error { return b.ob.Delivered(ctx, id) }
+func (b deadOutbox) Retry(ctx context.Context, id, reason string, at time.Time) error {
+	return b.ob.Retry(ctx, id, reason, at)
+}
+func (b deadOutbox) Bury(ctx context.Context, id, reason string) error {
+	return b.ob.Bury(ctx, id, reason)
+}
+func (b deadOutbox) Intents(ctx context.Context, f inbox.IntentFilter) ([]inbox.Intent, error) {
+	return b.ob.Intents(ctx, f)
+}
+func (b deadOutbox) RedriveIntent(ctx context.Context, id, note string) (inbox.Intent, error) {
+	return b.ob.RedriveIntent(ctx, id, note)
 }
 
 func (d *cutDialer) cut() {

@@ -88,7 +88,7 @@ func (b *MemoryInbox) RecordStep(ctx context.Context, key string, s Step) (Step,
 }
 
 // Promote implements Outbox: a key without an entry or without deferred steps promotes none.
-func (b *MemoryInbox) Promote(ctx context.Context, key string) (int, error) {
+func (b *MemoryInbox) Promote(ctx context.Context, key string, through int) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -108,7 +108,7 @@ func (b *MemoryInbox) Promote(ctx context.Context, key string) (int, error) {
 	n := 0
 	for _, s := range sh.steps[key] {
 		id := IntentID(key, s.Ordinal)
-		if !s.Deferred || o.intents[id] != nil {
+		if !s.Deferred || o.intents[id] != nil || (through >= 1 && s.Ordinal > through) {
 			continue
 		}
 		o.intents[id] = &Intent{ID: id, Key: key, Conversation: e.Conversation, Ordinal: s.Ordinal, Name: s.Name,

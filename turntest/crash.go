@@ -156,6 +156,26 @@ const (
 // CrashPoints lists the crash table's rows in the order of a turn.
 var CrashPoints = []CrashPoint{AfterBegin, AfterModel, AfterAppend, AfterComplete, AfterPublish}
 
+// DuringStep is the crash point inside step n (1-based) of a turn's step journal
+// (turn.Journal): the step ran, its side effects happened, and the process died before its
+// record landed. The redelivery must run that step again, with the same key.
+func DuringStep(n int) CrashPoint { return CrashPoint(fmt.Sprintf("during step %d", n)) }
+
+// AfterStep is the crash point right after step n's record landed in the journal. The
+// redelivery must not run steps 1 to n again.
+func AfterStep(n int) CrashPoint { return CrashPoint(fmt.Sprintf("after step %d", n)) }
+
+// CrashPointsFor lists the crash points of a turn of steps journal steps, in the order of a
+// turn: CrashPoints with DuringStep(i) and AfterStep(i) for each step between AfterBegin and
+// AfterModel.
+func CrashPointsFor(steps int) []CrashPoint {
+	out := []CrashPoint{AfterBegin}
+	for i := 1; i <= steps; i++ {
+		out = append(out, DuringStep(i), AfterStep(i))
+	}
+	return append(out, CrashPoints[1:]...)
+}
+
 // CrashConfig configures the crash harness.
 type CrashConfig struct {
 	// NewModel returns the host's model, performing its side effects through fx. It is
@@ -168,6 +188,11 @@ type CrashConfig struct {
 	// Runner, when set, adjusts the Runner of each delivery (App, HistoryLimit, ...); the
 	// harness sets Model, Sessions and Inbox.
 	Runner func(r *turn.Runner)
+	// Steps is how many journal steps (turn.Journal: Input.Step, turn.RunStep, the agent
+	// loop's model and tool calls) one turn of the model records. With Steps > 0 the harness
+	// also crashes during and after each step (CrashPointsFor) and reports, as a problem, a
+	// step that ran again after its record landed.
+	Steps int
 }
 
 // CrashReport is what happened at one crash point.
@@ -177,6 +202,10 @@ type CrashReport struct {
 	Duplicates []Duplicate
 	// ModelCalls counts the model calls per request id, crashed ones included.
 	ModelCalls map[string]int
+	// StepRuns counts, per request id and step ordinal, the runs of the step that reached the
+	// journal (its record was asked for, whether or not it landed), crashed ones included. A
+	// step answered from the journal is not counted.
+	StepRuns map[string]map[int]int
 	// Problems are broken guarantees other than duplicates: a redelivery that failed, a
 	// request with no result or with a turn stored other than once, a model called again
 	// after its turn was stored.
@@ -221,7 +250,7 @@ func CheckCrashes(t testing.TB, cfg CrashConfig) []CrashReport {
 }
 
 // Crashes runs cfg's requests through a turn.Runner on memory stores once per crash point
-// (CrashPoints), each with stores and an Effects of its own: every request's first delivery
+// (CrashPointsFor(cfg.Steps)), each with stores and an Effects of its own: every request's first delivery
 // dies at the point (from then on that process writes nothing: no store call of it lands),
 // and the request is delivered again to a fresh Runner and model, as Kafka redelivers after a
 // crash. AfterPublish delivers a request that completed once more. It reports, per point,
@@ -237,8 +266,9 @@ func Crashes(ctx context.Context, cfg CrashConfig) ([]CrashReport, error) {
 			reqs = append(reqs, NewRequest("crash-conversation", "crash-user", fmt.Sprintf("message %d", i+1)))
 		}
 	}
-	out := make([]CrashReport, 0, len(CrashPoints))
-	for _, point := range CrashPoints {
+	points := CrashPointsFor(cfg.Steps)
+	out := make([]CrashReport, 0, len(points))
+	for _, point := range points {
 		out = append(out, crashAt(ctx, cfg, reqs, point))
 	}
 	return out, nil
@@ -274,9 +304,10 @@ func (c *crashSwitch) reached(p CrashPoint) bool {
 }
 
 func crashAt(ctx context.Context, cfg CrashConfig, reqs []turn.Request, point CrashPoint) CrashReport {
-	rep := CrashReport{Point: point, ModelCalls: make(map[string]int)}
+	rep := CrashReport{Point: point, ModelCalls: make(map[string]int), StepRuns: make(map[string]map[int]int)}
 	fx := NewEffects()
 	sessions, ib := session.NewMemoryStore(), inbox.NewMemoryInbox()
+	steps := &stepLog{ids: map[string]string{}, landed: map[string]map[int]bool{}, rep: &rep}
 	var callsMu sync.Mutex
 	runner := func(sw *crashSwitch) *turn.Runner {
 		host := cfg.NewModel(fx)
@@ -294,10 +325,11 @@ func crashAt(ctx context.Context, cfg CrashConfig, reqs []turn.Request, point Cr
 		if cfg.Runner != nil {
 			cfg.Runner(r)
 		}
-		r.Model, r.Sessions, r.Inbox = model, crashStore{Store: sessions, sw: sw}, crashInbox{Inbox: ib, sw: sw}
+		r.Model, r.Sessions, r.Inbox = model, crashStore{Store: sessions, sw: sw}, crashInbox{Outbox: ib, sw: sw, steps: steps}
 		return r
 	}
 	for _, req := range reqs {
+		steps.ids[runnerOf(cfg).InboxKey(req)] = req.ID
 		first := &crashSwitch{point: point}
 		fx.startRun(req.ID)
 		res, err := runner(first).Run(ctx, req)
@@ -322,6 +354,7 @@ func crashAt(ctx context.Context, cfg CrashConfig, reqs []turn.Request, point Cr
 		}
 	}
 	rep.Problems = append(rep.Problems, checkStored(ctx, sessions, ib, reqs, cfg)...)
+	rep.Problems = append(rep.Problems, steps.problems...)
 	rep.Duplicates = fx.Duplicates()
 	sort.Strings(rep.Problems)
 	return rep
@@ -329,10 +362,7 @@ func crashAt(ctx context.Context, cfg CrashConfig, reqs []turn.Request, point Cr
 
 // checkStored checks that every request has one turn in its session and a result.
 func checkStored(ctx context.Context, sessions session.Store, ib inbox.Inbox, reqs []turn.Request, cfg CrashConfig) []string {
-	r := &turn.Runner{}
-	if cfg.Runner != nil {
-		cfg.Runner(r)
-	}
+	r := runnerOf(cfg)
 	var problems []string
 	for _, req := range reqs {
 		events, err := sessions.FindTurn(ctx, r.Key(req), req.ID)
@@ -360,6 +390,15 @@ func checkStored(ctx context.Context, sessions session.Store, ib inbox.Inbox, re
 		}
 	}
 	return problems
+}
+
+// runnerOf returns a Runner as cfg adjusts it, for its keys.
+func runnerOf(cfg CrashConfig) *turn.Runner {
+	r := &turn.Runner{}
+	if cfg.Runner != nil {
+		cfg.Runner(r)
+	}
+	return r
 }
 
 func sessionKeys(r *turn.Runner, reqs []turn.Request) []session.Key {
@@ -432,16 +471,19 @@ func (s crashStore) Delete(ctx context.Context, key session.Key) error {
 
 // crashInbox is crashStore's counterpart for the inbox: Begin kills it at AfterBegin and
 // Complete at AfterComplete, after the write landed.
+// The outbox methods the harness does not crash (the relay's: Claim, Delivered, ...) pass
+// through.
 type crashInbox struct {
-	inbox.Inbox
-	sw *crashSwitch
+	inbox.Outbox
+	sw    *crashSwitch
+	steps *stepLog
 }
 
 func (b crashInbox) Begin(ctx context.Context, d inbox.Delivery) (inbox.Entry, error) {
 	if b.sw.isDead() {
 		return inbox.Entry{}, errCrashed
 	}
-	e, err := b.Inbox.Begin(ctx, d)
+	e, err := b.Outbox.Begin(ctx, d)
 	if b.sw.reached(AfterBegin) {
 		return inbox.Entry{}, errCrashed
 	}
@@ -452,7 +494,7 @@ func (b crashInbox) Complete(ctx context.Context, requestID string, result []byt
 	if b.sw.isDead() {
 		return errCrashed
 	}
-	err := b.Inbox.Complete(ctx, requestID, result)
+	err := b.Outbox.Complete(ctx, requestID, result)
 	if b.sw.reached(AfterComplete) {
 		return errCrashed
 	}
@@ -463,19 +505,88 @@ func (b crashInbox) Fail(ctx context.Context, requestID string, f inbox.Failure)
 	if b.sw.isDead() {
 		return errCrashed
 	}
-	return b.Inbox.Fail(ctx, requestID, f)
+	return b.Outbox.Fail(ctx, requestID, f)
 }
 
 func (b crashInbox) MarkDead(ctx context.Context, requestID, reason string) error {
 	if b.sw.isDead() {
 		return errCrashed
 	}
-	return b.Inbox.MarkDead(ctx, requestID, reason)
+	return b.Outbox.MarkDead(ctx, requestID, reason)
 }
 
 func (b crashInbox) Get(ctx context.Context, requestID string) (inbox.Entry, error) {
 	if b.sw.isDead() {
 		return inbox.Entry{}, errCrashed
 	}
-	return b.Inbox.Get(ctx, requestID)
+	return b.Outbox.Get(ctx, requestID)
+}
+
+// stepLog watches the journal of one crash point's runs: it counts each step run that reached
+// the journal and reports a step that ran again after its record landed.
+type stepLog struct {
+	mu       sync.Mutex
+	ids      map[string]string       // inbox key -> request id
+	landed   map[string]map[int]bool // inbox key -> ordinals whose record landed
+	problems []string
+	rep      *CrashReport
+}
+
+// ran counts a run of step s under key, and reports it when the step's record had landed.
+func (l *stepLog) ran(key string, s inbox.Step) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	id := l.ids[key]
+	if l.rep.StepRuns[id] == nil {
+		l.rep.StepRuns[id] = map[int]int{}
+	}
+	l.rep.StepRuns[id][s.Ordinal]++
+	if l.landed[key][s.Ordinal] {
+		l.problems = append(l.problems, fmt.Sprintf("request %s: step %d (%s) ran again after its record landed in the journal", id, s.Ordinal, s.Name))
+	}
+}
+
+func (l *stepLog) land(key string, ordinal int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.landed[key] == nil {
+		l.landed[key] = map[int]bool{}
+	}
+	l.landed[key][ordinal] = true
+}
+
+// Steps implements inbox.Journal.
+func (b crashInbox) Steps(ctx context.Context, key string) ([]inbox.Step, error) {
+	if b.sw.isDead() {
+		return nil, errCrashed
+	}
+	return b.Outbox.Steps(ctx, key)
+}
+
+// RecordStep implements inbox.Journal: it dies at DuringStep before the record lands and at
+// AfterStep after.
+func (b crashInbox) RecordStep(ctx context.Context, key string, s inbox.Step) (inbox.Step, error) {
+	if b.sw.isDead() {
+		return inbox.Step{}, errCrashed
+	}
+	b.steps.ran(key, s)
+	if b.sw.reached(DuringStep(s.Ordinal)) {
+		return inbox.Step{}, errCrashed
+	}
+	st, err := b.Outbox.RecordStep(ctx, key, s)
+	if err == nil {
+		b.steps.land(key, s.Ordinal)
+	}
+	if b.sw.reached(AfterStep(s.Ordinal)) {
+		return inbox.Step{}, errCrashed
+	}
+	return st, err
+}
+
+// Promote implements inbox.Outbox.
+func (b crashInbox) Promote(ctx context.Context, key string, through int) (int, error) {
+	if b.sw.isDead() {
+		return 0, errCrashed
+	}
+	return b.Outbox.Promote(ctx, key, through)
 }

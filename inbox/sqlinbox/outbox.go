@@ -55,7 +55,7 @@ func buildOutboxQueries(d *sqldialect.Dialect) outboxQueries {
 			SELECT s.request_id || '#' || CAST(s.ordinal AS TEXT), s.request_id, i.conversation, s.ordinal,
 				s.name, s.output, 'pending', 0, '', $2, $2, $2
 			FROM {p}inbox_steps AS s JOIN {p}inbox AS i ON i.request_id = s.request_id
-			WHERE s.request_id = $1 AND s.deferred
+			WHERE s.request_id = $1 AND s.deferred AND ($3 < 1 OR s.ordinal <= $3)
 			ON CONFLICT (id) DO NOTHING`),
 		delivered: d.Query(`UPDATE {p}outbox SET status = 'delivered', next_at = $2, updated_at = $2
 			WHERE id = $1 AND status = 'pending'`),
@@ -189,21 +189,21 @@ func cloneBytes(b []byte) []byte {
 // Promote implements inbox.Outbox in one INSERT ... SELECT ... ON CONFLICT DO NOTHING
 // statement over the key's deferred steps joined with its entry (for the conversation). Not
 // batched (Options.Batch).
-func (b *Inbox) Promote(ctx context.Context, key string) (int, error) {
-	return b.promote(ctx, nil, key)
+func (b *Inbox) Promote(ctx context.Context, key string, through int) (int, error) {
+	return b.promote(ctx, nil, key, through)
 }
 
 // PromoteTx implements inbox.TxOutbox: Promote's statement, run on tx (also the transaction
 // of a batch of session/sqlsession appends, where it runs at once, not deferred to the end
 // as CompleteTx's completion is).
-func (b *Inbox) PromoteTx(ctx context.Context, tx inbox.SQLTx, key string) (int, error) {
+func (b *Inbox) PromoteTx(ctx context.Context, tx inbox.SQLTx, key string, through int) (int, error) {
 	if tx == nil {
 		return 0, fmt.Errorf("%w: nil transaction", inbox.ErrInvalid)
 	}
-	return b.promote(ctx, tx, key)
+	return b.promote(ctx, tx, key, through)
 }
 
-func (b *Inbox) promote(ctx context.Context, tx inbox.SQLTx, key string) (int, error) {
+func (b *Inbox) promote(ctx context.Context, tx inbox.SQLTx, key string, through int) (int, error) {
 	if key == "" {
 		return 0, fmt.Errorf("%w: empty key", inbox.ErrInvalid)
 	}
@@ -213,9 +213,9 @@ func (b *Inbox) promote(ctx context.Context, tx inbox.SQLTx, key string) (int, e
 	)
 	now := b.d.Time(time.Now())
 	if tx == nil {
-		res, err = b.exec(ctx, b.oq.promote, key, now)
+		res, err = b.exec(ctx, b.oq.promote, key, now, through)
 	} else {
-		res, err = tx.ExecContext(ctx, b.oq.promote, key, now)
+		res, err = tx.ExecContext(ctx, b.oq.promote, key, now, through)
 	}
 	if err != nil {
 		return 0, b.fail(ctx, "promote", key, err)

@@ -50,7 +50,10 @@ func (p journalPart) RecordStep(_ context.Context, _ string, s inbox.Step) (inbo
 	p.c.add("RecordStep")
 	return s, nil
 }
-func (p outboxPart) Promote(context.Context, string, int) (int, error) { p.c.add("Promote"); return 0, nil }
+func (p outboxPart) Promote(context.Context, string, int) (int, error) {
+	p.c.add("Promote")
+	return 0, nil
+}
 func (p outboxPart) Claim(context.Context, int, time.Duration) ([]inbox.Intent, error) {
 	p.c.add("Claim")
 	return nil, nil
