@@ -25,6 +25,16 @@
 // back, with Complete's errors. session/sessiontest.RunJoint checks such an inbox together
 // with a session.TxAppender, as turn.Runner uses them.
 //
+// When the inbox implements inbox.Journal, inbox.Outbox or inbox.TxOutbox, Run checks them
+// too (the subtests under "Journal", "Outbox" and "PromoteTx"; skipped, naming the interface,
+// for other inboxes): steps read back by ordinal, the first writer of an ordinal wins,
+// ErrStepMismatch, Redrive and Purge clearing steps; Promote of deferred steps only and once,
+// Claim's leases (a claimed intent is not claimed again before its lease ends, and 6
+// concurrent claimers never get one intent twice), Retry, Bury, Delivered, RedriveIntent,
+// Intents' filters, Purge of settled intents only; a PromoteTx rolled back leaves no intent.
+// A lease's end is not waited for but for one lease of 50 ms; Retry with a time in the past
+// stands in for the others.
+//
 // RunBatched checks an inbox that batches the Begins of concurrent callers (for
 // inbox/sqlinbox, Options.Batch): each caller's own entry out of one batch, a batch that fails
 // (the caller says how to break the inbox), a caller that gives up. Run it besides Run.
@@ -56,6 +66,9 @@ func Run(t *testing.T, newInbox func(t *testing.T) inbox.Inbox) {
 		})
 	}
 	suite.RunOptional(t, "CompleteTx", newInbox, txCases)
+	suite.RunOptional(t, "Journal", newInbox, journalCases)
+	suite.RunOptional(t, "Outbox", newInbox, outboxCases)
+	suite.RunOptional(t, "PromoteTx", newInbox, txOutboxCases)
 }
 
 var cases = []struct {
