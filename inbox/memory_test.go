@@ -11,3 +11,8 @@ func TestMemoryInbox(t *testing.T) {
 	t.Parallel()
 	inboxtest.Run(t, func(*testing.T) inbox.Inbox { return inbox.NewMemoryInbox() })
 }
+
+func TestMemoryRelay(t *testing.T) {
+	t.Parallel()
+	inboxtest.RunRelay(t, func(*testing.T) inbox.Outbox { return inbox.NewMemoryInbox() })
+}

@@ -25,6 +25,16 @@
 // back, with Complete's errors. session/sessiontest.RunJoint checks such an inbox together
 // with a session.TxAppender, as turn.Runner uses them.
 //
+// When the inbox implements inbox.Journal, inbox.Outbox or inbox.TxOutbox, Run checks them
+// too (the subtests under "Journal", "Outbox" and "PromoteTx"; skipped, naming the interface,
+// for other inboxes): steps read back by ordinal, the first writer of an ordinal wins,
+// ErrStepMismatch, Redrive and Purge clearing steps; Promote of deferred steps only and once,
+// Claim's leases (a claimed intent is not claimed again before its lease ends, and 6
+// concurrent claimers never get one intent twice), Retry, Bury, Delivered, RedriveIntent,
+// Intents' filters, Purge of settled intents only; a PromoteTx rolled back leaves no intent.
+// A lease's end is not waited for but for one lease of 50 ms; Retry with a time in the past
+// stands in for the others.
+//
 // RunBatched checks an inbox that batches the Begins of concurrent callers (for
 // inbox/sqlinbox, Options.Batch): each caller's own entry out of one batch, a batch that fails
 // (the caller says how to break the inbox), a caller that gives up. Run it besides Run.
@@ -49,42 +59,48 @@ import (
 // Run runs the conformance suite against the inboxes newInbox returns; see the package doc.
 func Run(t *testing.T, newInbox func(t *testing.T) inbox.Inbox) {
 	t.Helper()
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			c.run(t, newInbox(t))
-		})
-	}
+	runParallel(t, cases, newInbox)
 	suite.RunOptional(t, "CompleteTx", newInbox, txCases)
+	suite.RunOptional(t, "Journal", newInbox, journalCases)
+	suite.RunOptional(t, "Outbox", newInbox, outboxCases)
+	suite.RunOptional(t, "PromoteTx", newInbox, txOutboxCases)
 }
 
-var cases = []struct {
-	name string
-	run  func(t *testing.T, b inbox.Inbox)
-}{
-	{"BeginNew", testBeginNew},
-	{"BeginAgain", testBeginAgain},
-	{"Complete", testComplete},
-	{"CompleteTwiceKeepsFirst", testCompleteTwice},
-	{"Fail", testFail},
-	{"FailRefund", testFailRefund},
-	{"FailOnDoneOrDead", testFailOnDoneOrDead},
-	{"MarkDead", testMarkDead},
-	{"MarkDeadOnDone", testMarkDeadOnDone},
-	{"CompleteOnDead", testCompleteOnDead},
-	{"NotFound", testNotFound},
-	{"Invalid", testInvalid},
-	{"RequestsIndependent", testIndependent},
-	{"Purge", testPurge},
-	{"PurgeMany", testPurgeMany},
-	{"PurgeUnderTraffic", testPurgeUnderTraffic},
-	{"Redrive", testRedrive},
-	{"RedriveNotDead", testRedriveNotDead},
-	{"RedriveAgain", testRedriveAgain},
-	{"ConcurrentRedrive", testConcurrentRedrive},
-	{"ConcurrentBegin", testConcurrentBegin},
-	{"ConcurrentRequests", testConcurrentRequests},
-	{"CancelledContext", testCancelledContext},
+// runParallel runs each case as a parallel subtest on a value newValue makes in it.
+func runParallel[T any](t *testing.T, cases []suite.Case[T], newValue func(t *testing.T) T) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.Name, func(t *testing.T) {
+			t.Parallel()
+			c.Run(t, newValue(t))
+		})
+	}
+}
+
+var cases = []suite.Case[inbox.Inbox]{
+	{Name: "BeginNew", Run: testBeginNew},
+	{Name: "BeginAgain", Run: testBeginAgain},
+	{Name: "Complete", Run: testComplete},
+	{Name: "CompleteTwiceKeepsFirst", Run: testCompleteTwice},
+	{Name: "Fail", Run: testFail},
+	{Name: "FailRefund", Run: testFailRefund},
+	{Name: "FailOnDoneOrDead", Run: testFailOnDoneOrDead},
+	{Name: "MarkDead", Run: testMarkDead},
+	{Name: "MarkDeadOnDone", Run: testMarkDeadOnDone},
+	{Name: "CompleteOnDead", Run: testCompleteOnDead},
+	{Name: "NotFound", Run: testNotFound},
+	{Name: "Invalid", Run: testInvalid},
+	{Name: "RequestsIndependent", Run: testIndependent},
+	{Name: "Purge", Run: testPurge},
+	{Name: "PurgeMany", Run: testPurgeMany},
+	{Name: "PurgeUnderTraffic", Run: testPurgeUnderTraffic},
+	{Name: "Redrive", Run: testRedrive},
+	{Name: "RedriveNotDead", Run: testRedriveNotDead},
+	{Name: "RedriveAgain", Run: testRedriveAgain},
+	{Name: "ConcurrentRedrive", Run: testConcurrentRedrive},
+	{Name: "ConcurrentBegin", Run: testConcurrentBegin},
+	{Name: "ConcurrentRequests", Run: testConcurrentRequests},
+	{Name: "CancelledContext", Run: testCancelledContext},
 }
 
 func randID(t *testing.T) string {

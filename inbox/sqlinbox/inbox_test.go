@@ -45,6 +45,20 @@ func TestConformance(t *testing.T) {
 	}
 }
 
+// TestRelay runs inboxtest.RunRelay on the SQL outboxes.
+func TestRelay(t *testing.T) {
+	t.Parallel()
+	for _, db := range sqltest.DBs {
+		t.Run(db.Name, func(t *testing.T) {
+			t.Parallel()
+			inboxtest.RunRelay(t, func(t *testing.T) inbox.Outbox {
+				b, _ := newInbox(t, db, sqlinbox.Options{})
+				return b
+			})
+		})
+	}
+}
+
 // batching is what the batched variants of the tests use: batches of up to 32 writes, sent
 // 2 ms after their first (long enough on a loaded machine for concurrent callers to meet).
 var batching = sqlinbox.Batching{Size: 32, Wait: 2 * time.Millisecond}

@@ -26,8 +26,7 @@ type outboxQueries struct {
 	redriveIntent, getIntent, purgeIntents, purgeSteps, purgeBoth string
 }
 
-const intentCols = `id, request_id, conversation, ordinal, name, payload, status, attempts, reason, next_at,
-	created_at, updated_at`
+const intentCols = `id, request_id, conversation, ordinal, name, payload, status, attempts, reason, next_at, created_at, updated_at`
 
 func buildOutboxQueries(d *sqldialect.Dialect) outboxQueries {
 	// On PostgreSQL the insert takes a key-share lock on the entry, so that a Purge deleting
@@ -78,25 +77,28 @@ func buildOutboxQueries(d *sqldialect.Dialect) outboxQueries {
 	}
 	// Claim: the due pending intents, oldest due first, each counting an attempt and leased.
 	// On PostgreSQL concurrent claimers skip each other's rows (FOR UPDATE SKIP LOCKED), and
-	// a row claimed and committed meanwhile is re-checked against the subquery's conditions
-	// before it is locked; SQLite serializes writers.
-	lock := ""
+	// a row claimed and committed meanwhile is re-checked against the CTE's conditions before
+	// it is locked; SQLite serializes writers.
+	// On PostgreSQL the due rows are chosen in a MATERIALIZED CTE: as an IN (subquery), the
+	// planner may run the locking subquery again for each row and so claim more than n.
+	const due = `SELECT id FROM {p}outbox WHERE status = 'pending' AND next_at <= $2 ORDER BY next_at, id LIMIT $1`
 	if d.Name() == sqldialect.PostgreSQL {
-		lock = " FOR UPDATE SKIP LOCKED"
+		q.claim = d.Query(`WITH due AS MATERIALIZED (` + due + ` FOR UPDATE SKIP LOCKED)
+			UPDATE {p}outbox AS o SET attempts = o.attempts + 1, next_at = $3, updated_at = $2
+			FROM due WHERE o.id = due.id
+			RETURNING o.` + strings.ReplaceAll(intentCols, ", ", ", o."))
+	} else {
+		q.claim = d.Query(`UPDATE {p}outbox SET attempts = attempts + 1, next_at = $3, updated_at = $2
+			WHERE id IN (` + due + `)
+			RETURNING ` + intentCols)
 	}
-	q.claim = d.Query(`UPDATE {p}outbox SET attempts = attempts + 1, next_at = $3, updated_at = $2
-		WHERE status = 'pending' AND next_at <= $2 AND id IN (
-			SELECT id FROM {p}outbox WHERE status = 'pending' AND next_at <= $2
-			ORDER BY next_at, id LIMIT $1` + lock + `)
-		RETURNING ` + intentCols)
 	// Purge of entries with their steps. PostgreSQL: one statement, so that the steps deleted
 	// are exactly those of the entries deleted. SQLite (no DELETE in WITH): the steps of the
 	// batch's entries, then the entries, in one write transaction, which SQLite serializes,
 	// so both subqueries select the same entries.
 	const batch = `SELECT request_id FROM {p}inbox WHERE status IN ('done', 'dead') AND updated_at < $1 LIMIT $2`
 	if d.Name() == sqldialect.PostgreSQL {
-		q.purgeBoth = d.Query(`WITH gone AS (
-				DELETE FROM {p}inbox WHERE status IN ('done', 'dead') AND updated_at < $1
+		q.purgeBoth = d.Query(`WITH gone AS (DELETE FROM {p}inbox WHERE status IN ('done', 'dead') AND updated_at < $1
 				AND request_id IN (` + batch + `)
 				RETURNING request_id),
 			steps AS (DELETE FROM {p}inbox_steps WHERE request_id IN (SELECT request_id FROM gone))

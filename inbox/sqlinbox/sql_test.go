@@ -198,7 +198,7 @@ func TestPurgeSparesAnEntryRedrivenMeanwhile(t *testing.T) {
 		purged <- n
 	}()
 	// Wait until the purge blocks on the row, then let the Redrive commit.
-	sqltest.WaitForLockWait(t, db, "DELETE FROM "+b.TablePrefix()+"inbox")
+	sqltest.WaitForLockWait(t, db, "WITH gone AS (DELETE FROM "+b.TablePrefix()+"inbox")
 	require.NoError(t, tx.Commit())
 
 	require.Zero(t, <-purged, "the re-driven entry is no longer dead: nothing to purge")
