@@ -218,14 +218,30 @@ func testJournalPurge(t *testing.T, j inbox.Journal) {
 func testPromote(t *testing.T, o inbox.Outbox) {
 	ctx := context.Background()
 	d := withSteps(t, o, "model", "tool:refund", "model", "tool:email")
-	n, err := o.Promote(ctx, d.Key)
+	// through bounds the ordinals: the committed turn's last step was 3, so the deferred step
+	// 4 (a zombie's, past the turn) stays a step.
+	n, err := o.Promote(ctx, d.Key, 3)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the deferred steps up to through only")
+	its, err := o.Intents(ctx, inbox.IntentFilter{Conversation: d.Conversation})
+	require.NoError(t, err)
+	require.Len(t, its, 1)
+	require.Equal(t, 2, its[0].Ordinal)
+	n, err = o.Promote(ctx, d.Key, 0)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "through < 1 promotes all, the rest now")
+	n, err = o.Promote(ctx, d.Key, 0)
+	require.NoError(t, err)
+	require.Zero(t, n, "an intent is never promoted twice")
+	d = withSteps(t, o, "model", "tool:refund", "model", "tool:email")
+	n, err = o.Promote(ctx, d.Key, 0)
 	require.NoError(t, err)
 	require.Equal(t, 2, n, "the deferred steps only")
-	n, err = o.Promote(ctx, d.Key)
+	n, err = o.Promote(ctx, d.Key, 0)
 	require.NoError(t, err)
 	require.Zero(t, n, "an intent is never promoted twice")
 
-	its, err := o.Intents(ctx, inbox.IntentFilter{Conversation: d.Conversation})
+	its, err = o.Intents(ctx, inbox.IntentFilter{Conversation: d.Conversation})
 	require.NoError(t, err)
 	require.Len(t, its, 2)
 	byID := map[string]inbox.Intent{}
@@ -252,10 +268,10 @@ func testPromote(t *testing.T, o inbox.Outbox) {
 	}
 
 	none := withSteps(t, o, "model")
-	n, err = o.Promote(ctx, none.Key)
+	n, err = o.Promote(ctx, none.Key, 0)
 	require.NoError(t, err)
 	require.Zero(t, n)
-	n, err = o.Promote(ctx, "req-"+randID(t))
+	n, err = o.Promote(ctx, "req-"+randID(t), 0)
 	require.NoError(t, err, "a key without an entry promotes nothing")
 	require.Zero(t, n)
 }
@@ -270,7 +286,7 @@ func promoted(t *testing.T, o inbox.Outbox, count int) (inbox.Delivery, []string
 		names[i] = fmt.Sprintf("tool:t%d", i+1)
 	}
 	d := withSteps(t, o, names...)
-	n, err := o.Promote(context.Background(), d.Key)
+	n, err := o.Promote(context.Background(), d.Key, 0)
 	require.NoError(t, err)
 	require.Equal(t, count, n)
 	for i := range ids {
@@ -503,7 +519,7 @@ func testPurgeIntents(t *testing.T, o inbox.Outbox) {
 
 func testOutboxInvalid(t *testing.T, o inbox.Outbox) {
 	ctx := context.Background()
-	_, err := o.Promote(ctx, "")
+	_, err := o.Promote(ctx, "", 0)
 	require.ErrorIs(t, err, inbox.ErrInvalid)
 	_, err = o.Claim(ctx, 0, time.Minute)
 	require.ErrorIs(t, err, inbox.ErrInvalid)
@@ -530,7 +546,7 @@ func testPromoteTx(t *testing.T, o inbox.TxOutbox) {
 		tx, err := o.TxDB().BeginTx(ctx, nil)
 		require.NoError(t, err)
 		defer func() { _ = tx.Rollback() }()
-		n, err := o.PromoteTx(ctx, tx, d.Key)
+		n, err := o.PromoteTx(ctx, tx, d.Key, 0)
 		require.NoError(t, err)
 		require.NoError(t, o.CompleteTx(ctx, tx, d.Key, []byte("r")))
 		if commit {
@@ -551,6 +567,6 @@ func testPromoteTx(t *testing.T, o inbox.TxOutbox) {
 	require.Equal(t, inbox.IntentID(d.Key, 2), its[0].ID)
 	require.Equal(t, inbox.StatusDone, getEntry(t, o, d.Key).Status)
 
-	_, err = o.PromoteTx(ctx, nil, d.Key)
+	_, err = o.PromoteTx(ctx, nil, d.Key, 0)
 	require.ErrorIs(t, err, inbox.ErrInvalid)
 }
