@@ -59,13 +59,31 @@
 //	KindAbandoned    the caller's context ended (revoke, shutdown): publish and commit
 //	                 nothing; the partition's next owner runs the record again
 //
+// # Steps inside a turn
+//
+// An agent turn is a loop of steps: a model call, a tool call, another model call. A model
+// that runs each step through the turn's step journal ([Input.Journal], [Input.Step],
+// [RunStep]; package turn/agent's loop does) has each completed step recorded in the inbox
+// before the next starts. When the request runs again (a crash, a revoke, a timeout, a
+// failed attempt, a Temporal activity retry), a completed step returns its recorded output
+// without running: a kill mid-turn repays no model call that had completed, and only the step
+// that was in flight runs again, with the same key ([Step.Key]). With steps the crash table's
+// "model call" row becomes "the steps recorded are answered from the journal; the step in
+// flight runs again". A step may also be deferred ([Journal.Defer]): a side effect (an email,
+// a webhook) recorded as an intent and promoted to the inbox's outbox when the turn commits,
+// for a relay (inbox.Relay) to deliver after; a turn that never commits delivers nothing.
+// The journal is bounded ([Runner.MaxSteps], [Runner.MaxJournalBytes]); a request whose steps
+// no longer match its journal (the agent changed between two runs) is dead-lettered
+// (inbox.ErrStepMismatch). docs/DESIGN.md, "Steps inside a turn, and the outbox", has the
+// reasons.
+//
 // # The host's duty for side effects
 //
 // The model may be called more than once for a request: after a crash between the model call
 // and the session append, or after a failed attempt. Every side effect of a turn (a refund, an
-// email, a ticket) must therefore be idempotent: pass [Input.ToolKey] (or [ToolKey] with the
-// request id) as the idempotency key of the service that performs it, so it happens once
-// however often the turn runs. Return [Permanent] for errors retrying cannot fix, [RetryAfter]
+// email, a ticket) must therefore be idempotent: pass [Step.Key] of the step that performs it
+// (or [Input.ToolKey], or [ToolKey] with the request id) as the idempotency key of the service
+// that performs it, so it happens once however often the turn runs. Return [Permanent] for errors retrying cannot fix, [RetryAfter]
 // for rate limits, [Unavailable] for outages that cannot be the request's fault; any other
 // error is a failed attempt. Readers of the results topic dedup on the request id: a result
 // may be published twice when a worker dies between publishing and committing.
