@@ -74,13 +74,24 @@ type stepJSON struct {
 	At       time.Time `json:"at"`
 }
 
-// positional splits off a leading argument that is not a flag: the id of outbox redrive, the
-// key of inbox steps.
-func positional(args []string) (string, []string) {
+// parseNamed parses args whose first one, when not a flag, names what the command acts on
+// (the id of outbox redrive, the key of inbox steps); without it the flag name (value fl)
+// does. Errors: parse's, and a usage error naming what when neither gives it.
+func (f *flags) parseNamed(args []string, name string, fl *string, what string) (string, error) {
+	var v string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		return args[0], args[1:]
+		v, args = args[0], args[1:]
 	}
-	return "", args
+	if err := f.parse(args); err != nil {
+		return "", err
+	}
+	if v == "" {
+		v = *fl
+	}
+	if v == "" {
+		return "", usagef("give %s (the first argument, or --%s)", what, name)
+	}
+	return v, nil
 }
 
 func outboxList(ctx context.Context, e *env, args []string) error {
@@ -134,15 +145,9 @@ func outboxRedrive(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "outbox redrive", outboxRedriveUsage).withDB()
 	idFlag := f.String("id", "", "the intent's id (KEY#ORDINAL), instead of the first argument")
 	note := f.String("note", "", "why the intent is re-driven, kept as its reason")
-	id, rest := positional(args)
-	if err := f.parse(rest); err != nil {
+	id, err := f.parseNamed(args, "id", idFlag, "the intent's id")
+	if err != nil {
 		return err
-	}
-	if id == "" {
-		id = *idFlag
-	}
-	if id == "" {
-		return usagef("give the intent's id (the first argument, or --id)")
 	}
 	ctx, _, ib, done, err := f.open(ctx)
 	if err != nil {
@@ -165,15 +170,9 @@ func outboxRedrive(ctx context.Context, e *env, args []string) error {
 func inboxSteps(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "inbox steps", inboxStepsUsage).withDB().withJSON()
 	keyFlag := f.String("key", "", "the raw inbox key, instead of the first argument")
-	key, rest := positional(args)
-	if err := f.parse(rest); err != nil {
+	key, err := f.parseNamed(args, "key", keyFlag, "the inbox key")
+	if err != nil {
 		return err
-	}
-	if key == "" {
-		key = *keyFlag
-	}
-	if key == "" {
-		return usagef("give the inbox key (the first argument, or --key)")
 	}
 	ctx, _, ib, done, err := f.open(ctx)
 	if err != nil {
