@@ -1,5 +1,6 @@
 // Command turnstile is the operator's tool for a service built on turnstile: it lists, shows
-// and re-drives dead letters, reads and purges the inbox, shows and deletes sessions, copies
+// and re-drives dead letters, reads and purges the inbox (and its step journals), lists and
+// re-drives the outbox's intents, shows and deletes sessions, copies
 // recorded requests into a sandbox topic for a replay, reports a consumer group's lag,
 // migrates the stores' schema, sizes a service (turns in flight, members, partitions), and, in
 // Temporal mode, lists the conversations held at a sequence gap and releases them.
@@ -14,6 +15,10 @@
 //	dlq redrive     re-drive dead letters: inbox entries runnable again, requests published again
 //	inbox get       show a request's inbox entry
 //	inbox purge     delete done and dead inbox entries older than a horizon
+//	inbox steps     list a request's step journal (ordinal, name, deferred, bytes, time)
+//	outbox list     list the outbox's intents (id, status, attempts, name, conversation,
+//	                next due, reason), as a table or JSON; --status, --conversation filter
+//	outbox redrive  make a dead intent pending again, due now with no attempts spent
 //	ledger purge    delete Temporal mode's hand-off ledger rows older than a horizon
 //	session show    show a session's state and recent events, by conversation (and user)
 //	session delete  delete a session, all sessions of a user (with --temporal, also their
@@ -95,6 +100,9 @@ Commands:
   dlq redrive     re-drive dead letters: inbox entries runnable again, requests published again
   inbox get       show a request's inbox entry
   inbox purge     delete done and dead inbox entries older than a horizon
+  inbox steps     list a request's step journal (the steps of its turn that completed)
+  outbox list     list the outbox's intents (deferred side effects), as a table or JSON
+  outbox redrive  make a dead intent pending again, due now with no attempts spent
   ledger purge    delete Temporal mode's hand-off ledger rows older than a horizon
   session show    show a session's state and recent events, by conversation (and user)
   session delete  delete a session, all sessions of a user (with --temporal, their workflows and ledger rows too),
@@ -127,6 +135,9 @@ var commands = []command{
 	{"dlq redrive", dlqRedriveUsage, dlqRedrive},
 	{"inbox get", inboxGetUsage, inboxGet},
 	{"inbox purge", inboxPurgeUsage, inboxPurge},
+	{"inbox steps", inboxStepsUsage, inboxSteps},
+	{"outbox list", outboxListUsage, outboxList},
+	{"outbox redrive", outboxRedriveUsage, outboxRedrive},
 	{"ledger purge", ledgerPurgeUsage, ledgerPurge},
 	{"session show", sessionShowUsage, sessionShow},
 	{"session delete", sessionDeleteUsage, sessionDelete},

@@ -84,12 +84,15 @@ func jsonCommands(t *testing.T) []string {
 }
 
 // jsonOwners names the test that runs and checks the --json output of the commands that
-// TestCommands cannot run (they need a Temporal server, which it has not). Every other command
+// TestCommands cannot run (they need a Temporal server, which it has not), or that a test of
+// their own covers (the outbox's, which need no Kafka). Every other command
 // with --json is TestCommands'. TestJSONOwners checks that each test named here exists and
 // calls requireJSONCovered.
 var jsonOwners = map[string]string{
-	"held":    "TestHeldAndRelease",
-	"release": "TestHeldAndRelease",
+	"held":        "TestHeldAndRelease",
+	"release":     "TestHeldAndRelease",
+	"outbox list": "TestOutboxCommands",
+	"inbox steps": "TestOutboxCommands",
 }
 
 // jsonOwner returns the test that must check the --json output of the command name.
