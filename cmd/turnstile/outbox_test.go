@@ -36,7 +36,7 @@ func TestOutboxCommands(t *testing.T) {
 				_, err := ib.RecordStep(ctx, key, s)
 				require.NoError(t, err)
 			}
-			n, err := ib.Promote(ctx, key)
+			n, err := ib.Promote(ctx, key, 0)
 			require.NoError(t, err)
 			require.Equal(t, 2, n)
 			dead := inbox.IntentID(key, 2)
