@@ -107,9 +107,6 @@ func (a *Agent) Respond(ctx context.Context, in turn.Input) (turn.Output, error)
 	history := append(History(in.Session.Events), Message{Role: RoleUser, Text: in.Request.Text})
 	var events []session.Event
 	for n := 1; ; n++ {
-		if n > a.max {
-			return turn.Output{}, turn.Permanent(fmt.Errorf("%w: the model still asks for tools after %d model calls (agent MaxModelSteps)", ErrTooManySteps, a.max))
-		}
 		reply, err := a.model(ctx, j, n, history)
 		if err != nil {
 			return turn.Output{}, err
@@ -117,6 +114,9 @@ func (a *Agent) Respond(ctx context.Context, in turn.Input) (turn.Output, error)
 		if len(reply.ToolCalls) == 0 {
 			events = append(events, session.Event{Author: AuthorAssistant, Text: reply.Text, Data: reply.Data})
 			return turn.Output{Events: events}, nil
+		}
+		if n >= a.max { // its tools' outputs would need another model call
+			return turn.Output{}, turn.Permanent(fmt.Errorf("%w: the model still asks for tools after %d model calls (agent MaxModelSteps)", ErrTooManySteps, a.max))
 		}
 		ev, err := AssistantEvent(reply.Text, reply.ToolCalls)
 		if err != nil {

@@ -129,3 +129,9 @@ func RawArguments(s string) json.RawMessage {
 	quoted, _ := json.Marshal(s) // a string always encodes
 	return quoted
 }
+
+// ProviderFunc adapts a function to Provider (a host's own protocol, a scripted test model).
+type ProviderFunc func(ctx context.Context, req Request) (Reply, error)
+
+// Complete calls f.
+func (f ProviderFunc) Complete(ctx context.Context, req Request) (Reply, error) { return f(ctx, req) }
