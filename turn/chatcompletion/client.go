@@ -13,9 +13,11 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/shared"
 
 	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turn/agent"
 )
 
 // Base URLs of common servers, for Config.BaseURL. Each ends before "/chat/completions".
@@ -63,10 +65,16 @@ type Config struct {
 	// (the Runner's whole-turn deadline). A request that runs past it fails its attempt with
 	// ErrTimeout. Keep it below the Runner's TurnTimeout, or it never fires.
 	Timeout time.Duration
+	// Tools are the tools the model may call (agent.NewTool, agent.NewDeferred), sent as the
+	// request's "tools" with their JSON schemas; none sends no tools. Names are unique.
+	Tools []agent.Tool
+	// MaxModelSteps bounds the model calls of one turn (agent.Config.MaxModelSteps); 0 means
+	// agent.DefaultMaxModelSteps.
+	MaxModelSteps int
 }
 
 // Validate reports the first field that is missing or out of range, wrapping
-// ErrInvalidConfig.
+// ErrInvalidConfig; an invalid tool's error wraps agent.ErrInvalidTool too.
 func (c Config) Validate() error {
 	invalid := func(field, problem string, args ...any) error {
 		return fmt.Errorf("%w: %s: %s", ErrInvalidConfig, field, fmt.Sprintf(problem, args...))
@@ -97,6 +105,12 @@ func (c Config) Validate() error {
 	if c.Timeout < 0 {
 		return invalid("Timeout", "negative (%s); use 0 for none", c.Timeout)
 	}
+	if c.MaxModelSteps < 0 {
+		return invalid("MaxModelSteps", "negative (%d); use 0 for %d", c.MaxModelSteps, agent.DefaultMaxModelSteps)
+	}
+	if err := agent.ValidateTools(c.Tools); err != nil {
+		return fmt.Errorf("%w: Tools: %w", ErrInvalidConfig, err)
+	}
 	return nil
 }
 
@@ -105,12 +119,16 @@ func (c Config) Validate() error {
 type Client struct {
 	cfg         Config
 	completions openai.ChatCompletionService
+	loop        *agent.Agent
 }
 
-var _ turn.ModelClient = (*Client)(nil)
+var (
+	_ turn.ModelClient = (*Client)(nil)
+	_ agent.Provider   = (*Client)(nil)
+)
 
 // New returns a Client for cfg, or an error wrapping ErrInvalidConfig that names the bad
-// field. It makes no request: a wrong key or model shows on the first turn (as a permanent
+// field (and agent.ErrInvalidTool for a bad tool). It makes no request: a wrong key or model shows on the first turn (as a permanent
 // error, see the package doc).
 func New(cfg Config) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
@@ -129,7 +147,13 @@ func New(cfg Config) (*Client, error) {
 	// openai.NewClient would add the OPENAI_* environment variables (key, organization,
 	// project, custom headers) to every request, sending an OpenAI key to whatever server
 	// BaseURL names. The service alone takes only the options given here.
-	return &Client{cfg: cfg, completions: openai.NewChatCompletionService(opts...)}, nil
+	c := &Client{cfg: cfg, completions: openai.NewChatCompletionService(opts...)}
+	loop, err := agent.New(agent.Config{Provider: c, Tools: cfg.Tools, MaxModelSteps: cfg.MaxModelSteps})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	c.loop = loop
+	return c, nil
 }
 
 // Model returns the configured model name.
@@ -163,12 +187,25 @@ type Usage struct {
 	TotalTokens int64 `json:"total_tokens"`
 }
 
-// Respond sends the turn's messages (see the package doc for their order and mapping) and
-// returns the first choice of the reply as one assistant event. Errors are mapped onto
-// turnstile's kinds as the package doc's table says: turn.RetryAfter for HTTP 429,
-// turn.Permanent for other 4xx but 408 and 409, ErrTimeout for an expired Config.Timeout, the
-// context's error when ctx ended, and a plain error (a failed attempt) otherwise.
+// Respond runs the turn's tool loop (agent.Agent) over this server: it sends the turn's
+// messages (see the package doc for their order and mapping), runs the tools the model asks
+// for, and sends their outputs back, until the model answers without tools. The Output's
+// events are the assistant's tool-call messages and the tools' outputs (see package agent),
+// then the final answer last: Author "assistant", Text the first choice's content, Data a
+// JSON ReplyData. Errors are mapped onto turnstile's kinds as the package doc's table says:
+// turn.RetryAfter for HTTP 429, turn.Permanent for other 4xx but 408 and 409, ErrTimeout for
+// an expired Config.Timeout, the context's error when ctx ended, and a plain error (a failed
+// attempt) otherwise; plus the loop's (agent.Agent.Respond).
 func (c *Client) Respond(ctx context.Context, in turn.Input) (turn.Output, error) {
+	return c.loop.Respond(ctx, in)
+}
+
+// Complete sends one chat-completions request (agent.Provider): req's system prompt, messages
+// and tools, mapped as the package doc says, and returns the first choice: its content (or
+// refusal) as Text, its function tool calls, and a JSON ReplyData as Data. Errors: Respond's
+// mapping; a failed attempt for a reply without choices, or whose first choice has neither
+// content, refusal nor tool calls.
+func (c *Client) Complete(ctx context.Context, req agent.Request) (agent.Reply, error) {
 	rctx := ctx
 	if c.cfg.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -176,12 +213,12 @@ func (c *Client) Respond(ctx context.Context, in turn.Input) (turn.Output, error
 		defer cancel()
 	}
 	var raw *http.Response
-	resp, err := c.completions.New(rctx, c.params(in), option.WithResponseInto(&raw))
+	resp, err := c.completions.New(rctx, c.params(req), option.WithResponseInto(&raw))
 	if err != nil {
-		return turn.Output{}, c.mapError(ctx, err, raw)
+		return agent.Reply{}, c.mapError(ctx, err, raw)
 	}
 	if len(resp.Choices) == 0 {
-		return turn.Output{}, fmt.Errorf("chatcompletion: model %s: reply has no choices", c.cfg.Model)
+		return agent.Reply{}, fmt.Errorf("chatcompletion: model %s: reply has no choices", c.cfg.Model)
 	}
 	choice := resp.Choices[0]
 	data := ReplyData{
@@ -192,25 +229,42 @@ func (c *Client) Respond(ctx context.Context, in turn.Input) (turn.Output, error
 			TotalTokens:      resp.Usage.TotalTokens,
 		},
 	}
-	text := choice.Message.Content
-	if text == "" && choice.Message.Refusal != "" {
-		text, data.Refusal = choice.Message.Refusal, true
+	reply := agent.Reply{
+		Text:  choice.Message.Content,
+		Usage: agent.Usage{InputTokens: resp.Usage.PromptTokens, OutputTokens: resp.Usage.CompletionTokens},
 	}
-	if text == "" {
-		return turn.Output{}, fmt.Errorf("chatcompletion: model %s: empty reply (finish_reason %q)", c.cfg.Model, choice.FinishReason)
+	if reply.Text == "" && choice.Message.Refusal != "" {
+		reply.Text, data.Refusal = choice.Message.Refusal, true
 	}
-	encoded, err := json.Marshal(data)
-	if err != nil {
-		return turn.Output{}, fmt.Errorf("chatcompletion: encode reply data: %w", err)
+	for _, tc := range choice.Message.ToolCalls {
+		if tc.Type != "function" && tc.Type != "" { // custom tools are not sent, so not called
+			continue
+		}
+		reply.ToolCalls = append(reply.ToolCalls, agent.ToolCall{
+			ID: tc.ID, Name: tc.Function.Name, Arguments: agent.RawArguments(tc.Function.Arguments),
+		})
 	}
-	return turn.Output{Events: []session.Event{{Author: "assistant", Text: text, Data: encoded}}}, nil
+	if reply.Text == "" && len(reply.ToolCalls) == 0 {
+		return agent.Reply{}, fmt.Errorf("chatcompletion: model %s: empty reply (finish_reason %q)", c.cfg.Model, choice.FinishReason)
+	}
+	if reply.Data, err = json.Marshal(data); err != nil {
+		return agent.Reply{}, fmt.Errorf("chatcompletion: encode reply data: %w", err)
+	}
+	return reply, nil
 }
 
-// params builds the request body of one turn.
-func (c *Client) params(in turn.Input) openai.ChatCompletionNewParams {
+// params builds the request body of one model call.
+func (c *Client) params(req agent.Request) openai.ChatCompletionNewParams {
 	p := openai.ChatCompletionNewParams{
 		Model:    c.cfg.Model,
-		Messages: Messages(c.cfg.SystemPrompt, in.Session.Events, in.Request.Text),
+		Messages: messages(c.cfg.SystemPrompt, req.Messages),
+	}
+	for _, t := range req.Tools {
+		def := shared.FunctionDefinitionParam{Name: t.Name, Parameters: shared.FunctionParameters(t.Schema)}
+		if t.Description != "" {
+			def.Description = openai.String(t.Description)
+		}
+		p.Tools = append(p.Tools, openai.ChatCompletionFunctionTool(def))
 	}
 	if c.cfg.Temperature != nil {
 		p.Temperature = openai.Float(*c.cfg.Temperature)
@@ -221,29 +275,51 @@ func (c *Client) params(in turn.Input) openai.ChatCompletionNewParams {
 	return p
 }
 
-// Messages returns the message list of one turn: the system prompt (when not empty), one
-// message per history event with a non-empty Text, mapped by Author as the package doc says,
-// then text as the final user message. Respond uses it; it is exported for hosts that build
+// Messages returns the message list of one turn's first model call: the system prompt (when
+// not empty), the history's messages (agent.History: tool calls and tool outputs in the
+// protocol's own form, other events mapped by Author as the package doc says), then text as
+// the final user message. Respond uses the same mapping; it is exported for hosts that build
 // their own request around the same history.
 func Messages(systemPrompt string, history []session.Event, text string) []openai.ChatCompletionMessageParamUnion {
-	msgs := make([]openai.ChatCompletionMessageParamUnion, 0, len(history)+2)
+	return messages(systemPrompt, append(agent.History(history), agent.Message{Role: agent.RoleUser, Text: text}))
+}
+
+// messages maps provider-neutral messages onto the protocol's: an assistant message with its
+// tool_calls, and one "tool" message per tool result, with its tool_call_id.
+func messages(systemPrompt string, msgs []agent.Message) []openai.ChatCompletionMessageParamUnion {
+	out := make([]openai.ChatCompletionMessageParamUnion, 0, len(msgs)+1)
 	if systemPrompt != "" {
-		msgs = append(msgs, openai.SystemMessage(systemPrompt))
+		out = append(out, openai.SystemMessage(systemPrompt))
 	}
-	for _, e := range history {
-		if e.Text == "" {
-			continue
-		}
-		switch e.Author {
-		case "user":
-			msgs = append(msgs, openai.UserMessage(e.Text))
-		case "assistant", "": // "" is the Runner's default author, "assistant"
-			msgs = append(msgs, openai.AssistantMessage(e.Text))
-		case "system":
-			msgs = append(msgs, openai.SystemMessage(e.Text))
-		default:
-			msgs = append(msgs, openai.UserMessage("["+e.Author+"] "+e.Text))
+	for _, m := range msgs {
+		switch m.Role {
+		case agent.RoleUser:
+			out = append(out, openai.UserMessage(m.Text))
+		case agent.RoleSystem:
+			out = append(out, openai.SystemMessage(m.Text))
+		case agent.RoleAssistant:
+			if len(m.ToolCalls) == 0 {
+				out = append(out, openai.AssistantMessage(m.Text))
+				continue
+			}
+			msg := openai.ChatCompletionAssistantMessageParam{}
+			if m.Text != "" {
+				msg.Content.OfString = openai.String(m.Text)
+			}
+			for _, tc := range m.ToolCalls {
+				msg.ToolCalls = append(msg.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
+					OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+						ID:       tc.ID,
+						Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: tc.Name, Arguments: string(tc.Arguments)},
+					},
+				})
+			}
+			out = append(out, openai.ChatCompletionMessageParamUnion{OfAssistant: &msg})
+		case agent.RoleTool:
+			for _, r := range m.Results {
+				out = append(out, openai.ToolMessage(r.Output, r.CallID))
+			}
 		}
 	}
-	return append(msgs, openai.UserMessage(text))
+	return out
 }

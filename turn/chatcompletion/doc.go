@@ -4,31 +4,46 @@
 //
 // # One turn
 //
-// Respond sends one POST to BaseURL + "/chat/completions" with these messages, in order:
+// Respond runs the tool loop of package agent over this protocol: one POST to BaseURL +
+// "/chat/completions" per model call (agent.Provider's Complete), each a step of the turn's
+// journal, until the model answers without tool calls (or Config.MaxModelSteps calls). The
+// first call sends these messages, in order:
 //
 //  1. Config.SystemPrompt as a system message, when it is set;
-//  2. the session's recent events (turn.Input.Session.Events, oldest first), one message each;
+//  2. the session's recent events (turn.Input.Session.Events, oldest first), as agent.History
+//     maps them;
 //  3. the request's text (turn.Input.Request.Text) as the final user message.
 //
 // A history event becomes a message by its Author:
 //
 //	"user"       user message, Text as is
-//	"assistant"  assistant message, Text as is ("" too: the Runner's default author)
+//	"assistant"  assistant message, Text as is ("" too: the Runner's default author); with
+//	             tool calls in Data (agent.AssistantEvent), an assistant message with
+//	             "tool_calls" ({"id","type":"function","function":{"name","arguments"}})
+//	"tool"       with agent.ToolEvent's Data: a "tool" message with its "tool_call_id",
+//	             right after the assistant message that made the call (a tool output whose
+//	             call the Runner's HistoryLimit cut off is dropped; a call whose output is
+//	             missing gets an error output, so every tool_call is answered)
 //	"system"     system message, Text as is, in its place in the history
-//	anything else, "tool" included:
+//	anything else, and a host's own "tool" event without agent.ToolEvent's Data:
 //	             user message "[author] Text"
 //
-// Events with an empty Text (a tool call kept only in Data, say) are skipped. The protocol's
-// own "tool" role needs the id of an assistant tool call that precedes it, which a session
-// event does not carry in a portable form; sending tool output as a labelled user message keeps
-// it in the model's context without giving it the authority of the model's own words. A host
-// that wants another mapping writes its own ModelClient around the SDK; this one is small.
-// Some chat templates (served by vLLM or llama.cpp) reject a system message that is not first:
-// keep "system" events out of the history for those models.
+// Events with an empty Text are skipped, except tool calls and tool outputs. Some chat
+// templates (served by vLLM or llama.cpp) reject a system message that is not first: keep
+// "system" events out of the history for those models.
 //
-// The first choice of the reply becomes one event, Author "assistant", Text the message
-// content, Data a JSON ReplyData (model, finish_reason, token usage). A reply without choices,
-// or whose first choice has neither content nor refusal, is a failed attempt.
+// Config.Tools are sent as "tools" (type "function", with the JSON schema of their arguments
+// as "parameters"). A reply's tool calls (several at once for a parallel call) run in
+// parallel; the next call sends the assistant message with its "tool_calls" and a "tool"
+// message per call, in call order, with the call's "tool_call_id" and the tool's output (or
+// its error text) as content. Tool-call ids stay the server's within a turn, because the
+// journal replays a recorded model call; the tools' idempotency keys come from the journal's
+// steps, never from those ids (see package agent).
+//
+// The final answer becomes the turn's last event, Author "assistant", Text the first choice's
+// content (or its refusal), Data a JSON ReplyData (model, finish_reason, token usage). A reply
+// without choices, or whose first choice has neither content, refusal nor tool calls, is a
+// failed attempt.
 //
 // # Errors and retries
 //

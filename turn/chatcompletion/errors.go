@@ -1,29 +1,18 @@
 package chatcompletion
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"math"
-	"mime"
-	"net"
 	"net/http"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/openai/openai-go/v3"
 
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turn/internal/modelhttp"
 )
-
-// maxMessageBytes bounds the server's error message quoted in an error, which may end up in a
-// dead-letter header.
-const maxMessageBytes = 300
 
 // mapError turns the SDK's error of one request into one turnstile's Classify understands.
 // ctx is the caller's context; raw is the HTTP response, when one arrived.
@@ -45,7 +34,7 @@ func (c *Client) mapError(ctx context.Context, err error, raw *http.Response) er
 	if !errors.As(err, &apiErr) {
 		if raw == nil || raw.StatusCode < 400 {
 			err = fmt.Errorf("chatcompletion: model %s: %w", c.cfg.Model, err)
-			if notSent(err) { // the server is down or unknown: the request cannot be at fault
+			if modelhttp.NotSent(err) { // the server is down or unknown: the request cannot be at fault
 				return turn.Unavailable(err)
 			}
 			return err
@@ -53,7 +42,7 @@ func (c *Client) mapError(ctx context.Context, err error, raw *http.Response) er
 		// The SDK could not decode the error body (Ollama's native {"error":"..."}, say) and
 		// returned the decoding error; build the *openai.Error it would have returned, so
 		// that callers see one error type for every HTTP status.
-		apiErr = &openai.Error{StatusCode: raw.StatusCode, Request: raw.Request, Response: raw, Message: bodyMessage(raw)}
+		apiErr = &openai.Error{StatusCode: raw.StatusCode, Request: raw.Request, Response: raw, Message: modelhttp.BodyMessage(raw)}
 		err = apiErr
 	}
 	resp := apiErr.Response
@@ -103,15 +92,6 @@ func quotaExhausted(apiErr *openai.Error) bool {
 	return apiErr.Type == "insufficient_quota" || apiErr.Code == "insufficient_quota"
 }
 
-// notSent reports a failure to reach the server at all (connection refused, no such host), as
-// opposed to a failure during the exchange, which the request itself may have caused.
-func notSent(err error) bool {
-	var dnsErr *net.DNSError
-	var opErr *net.OpError
-	return errors.Is(err, syscall.ECONNREFUSED) || errors.As(err, &dnsErr) ||
-		(errors.As(err, &opErr) && opErr.Op == "dial")
-}
-
 // serverMessage returns ": message" with the server's explanation of an error response,
 // bounded, or "". The SDK's *openai.Error prints only the status, and finds the message only
 // in OpenAI's {"error":{"message":...}} shape; other servers put it elsewhere.
@@ -121,48 +101,9 @@ func serverMessage(apiErr *openai.Error, resp *http.Response) string {
 		msg = apiErr.Message
 	}
 	if strings.TrimSpace(msg) == "" {
-		msg = bodyMessage(resp)
+		msg = modelhttp.BodyMessage(resp)
 	}
-	msg = strings.Join(strings.Fields(msg), " ")
-	if msg == "" {
-		return ""
-	}
-	if len(msg) > maxMessageBytes {
-		msg = strings.ToValidUTF8(msg[:maxMessageBytes], "") + "..."
-	}
-	return ": " + msg
-}
-
-// bodyMessage finds the message in an error body: {"error":"..."} (Ollama's native errors),
-// {"message":"..."} (vLLM), {"error":{"message":...}}, or a text/plain body. The SDK has
-// already read the body into memory; it is put back for the caller's own diagnostics.
-func bodyMessage(resp *http.Response) string {
-	if resp == nil || resp.Body == nil {
-		return ""
-	}
-	data, _ := io.ReadAll(resp.Body)
-	resp.Body = io.NopCloser(bytes.NewReader(data))
-	var body struct {
-		Error   json.RawMessage `json:"error"`
-		Message string          `json:"message"`
-	}
-	if json.Unmarshal(data, &body) == nil {
-		var nested struct {
-			Message string `json:"message"`
-		}
-		var flat string
-		switch {
-		case json.Unmarshal(body.Error, &flat) == nil && flat != "":
-			return flat
-		case json.Unmarshal(body.Error, &nested) == nil && nested.Message != "":
-			return nested.Message
-		}
-		return body.Message
-	}
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "text/plain" {
-		return string(data)
-	}
-	return ""
+	return modelhttp.Quote(msg)
 }
 
 // RetryAfter returns how long a 429 (or 503) response asks the client to wait, from its
@@ -174,31 +115,5 @@ func bodyMessage(resp *http.Response) string {
 // RFC 9110 section 5.6.7 lets a recipient parse. Malformed or negative values are ignored.
 // A delay too large for a time.Duration saturates at the largest one.
 func RetryAfter(h http.Header, now time.Time) time.Duration {
-	if d, ok := parseDelay(h.Get("Retry-After-Ms"), time.Millisecond); ok {
-		return d
-	}
-	v := strings.TrimSpace(h.Get("Retry-After"))
-	if d, ok := parseDelay(v, time.Second); ok {
-		return d
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return max(t.Sub(now), 0)
-	}
-	return 0
-}
-
-// parseDelay parses a non-negative decimal number of units.
-func parseDelay(v string, unit time.Duration) (time.Duration, bool) {
-	v = strings.TrimSpace(v)
-	if v == "" || strings.Trim(v, "0123456789.") != "" {
-		return 0, false // not a plain decimal: no signs, exponents, "inf" or hex
-	}
-	n, err := strconv.ParseFloat(v, 64)
-	if err != nil && !errors.Is(err, strconv.ErrRange) {
-		return 0, false
-	}
-	if d := n * float64(unit); d < float64(math.MaxInt64) {
-		return time.Duration(d), true
-	}
-	return time.Duration(math.MaxInt64), true
+	return modelhttp.RetryAfter(h, now)
 }
