@@ -65,6 +65,7 @@ type StepFunc func(ctx context.Context, key string) ([]byte, error)
 // so that each keeps its ordinal whatever order they finish in.
 type Journal struct {
 	ib       inbox.Journal // nil: steps run and are not recorded
+	byHand   bool          // the journal of an Input built by hand: Defer records nothing
 	key      string        // the request's inbox key
 	toolKey  func(callID string) string
 	maxSteps int
@@ -126,10 +127,13 @@ func (j *Journal) Run(ctx context.Context, s Step, fn StepFunc) ([]byte, error) 
 // (abandoned, a zombie's, dead-lettered) delivers nothing. Deferring a step an earlier run
 // deferred returns its intent as recorded then.
 //
+// On the journal of an Input built by hand (a host's unit test) Defer returns the intent it
+// would record and records nothing: there is no outbox, so nothing is delivered.
+//
 // Errors: a permanent error wrapping ErrNoOutbox when the Runner's Inbox is not an
 // inbox.Outbox; Run's mismatch and bound errors; args that do not encode; the inbox's error.
 func (j *Journal) Defer(ctx context.Context, s Step, tool string, args any) (Intent, error) {
-	if _, ok := j.ib.(inbox.Outbox); !ok {
+	if _, ok := j.ib.(inbox.Outbox); !ok && !j.byHand {
 		return Intent{}, Permanent(fmt.Errorf("%w: cannot defer %s", ErrNoOutbox, s.Name))
 	}
 	rec, ok, err := j.recorded(s, true)
@@ -256,10 +260,11 @@ func DecodeIntent(payload []byte) (Intent, error) {
 
 // Journal returns the turn's step journal. The Runner sets it on the Input it gives the
 // model; an Input built by hand (a host's unit test) gets one on first use that records
-// nothing, so its steps always run. Copies of an Input share its journal once it has one.
+// nothing, so its steps always run and its deferred steps only return their intents. Copies of an Input share its journal once it has one.
 func (in *Input) Journal() *Journal {
 	if in.journal == nil {
 		in.journal = newJournal(nil, "", in.ToolKey, DefaultMaxSteps, DefaultMaxJournalBytes, nil)
+		in.journal.byHand = true
 	}
 	return in.journal
 }

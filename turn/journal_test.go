@@ -390,6 +390,8 @@ func TestHandBuiltInputJournal(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.Equal(t, 2, runs)
-	_, err := in.Journal().Defer(context.Background(), in.Journal().Next("email"), "email", nil)
-	require.ErrorIs(t, err, turn.ErrNoOutbox)
+	st := in.Journal().Next("email")
+	it, err := in.Journal().Defer(context.Background(), st, "email", map[string]string{"to": "u"})
+	require.NoError(t, err, "a hand-built Input's journal returns the intent it would record")
+	require.Equal(t, turn.Intent{Tool: "email", Args: []byte(`{"to":"u"}`), Key: st.Key}, it)
 }

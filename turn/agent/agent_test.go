@@ -468,7 +468,7 @@ func TestKillBetweenStepsReplays(t *testing.T) {
 	require.Error(t, err)
 	require.Equal(t, 2, p.calls())
 	require.Len(t, lookup.calls(), 1)
-	require.Len(t, ib.AllSteps(), 2, "model and lookup recorded")
+	require.Len(t, journaltest.Steps(t, ib, req), 2, "model and lookup recorded")
 
 	res, err := (&turn.Runner{Model: a, Sessions: store, Inbox: ib, TurnTimeout: 10 * time.Second}).Run(context.Background(), req)
 	require.NoError(t, err)
@@ -476,5 +476,5 @@ func TestKillBetweenStepsReplays(t *testing.T) {
 	require.Equal(t, 4, p.calls(), "the first model step was not repaid; the one in flight ran again")
 	require.Len(t, lookup.calls(), 1, "the completed tool step did not run again")
 	require.Len(t, refund.calls(), 1)
-	require.Len(t, ib.AllSteps(), 5)
+	require.Len(t, journaltest.Steps(t, ib, req), 5)
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/turnstile-go/turnstile/inbox"
 	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/turn"
 	"github.com/turnstile-go/turnstile/turn/agent"
@@ -73,7 +74,7 @@ func (k *Tools) Keys(name string) []string {
 }
 
 // Runner returns a Runner of model over the stores.
-func Runner(model turn.ModelClient, ib *Inbox, store session.Store) *turn.Runner {
+func Runner(model turn.ModelClient, ib inbox.Inbox, store session.Store) *turn.Runner {
 	return &turn.Runner{Model: model, Sessions: store, Inbox: ib, TurnTimeout: 20 * time.Second}
 }
 
