@@ -428,7 +428,9 @@ func TestDeferredWithoutOutboxFailsPermanently(t *testing.T) {
 	p := &scripted{t: t, script: []func(agent.Request) (agent.Reply, error){reply("", call("m", "send_email", `{}`))}}
 	a, err := agent.New(agent.Config{Provider: p, Tools: []agent.Tool{mail}})
 	require.NoError(t, err)
-	_, err = a.Respond(context.Background(), input("x"))
+	// A Runner whose inbox has no outbox (the memory inbox behind a type that hides it).
+	r := &turn.Runner{Model: a, Sessions: session.NewMemoryStore(), Inbox: struct{ inbox.Inbox }{inbox.NewMemoryInbox()}}
+	_, err = r.Run(context.Background(), input("x").Request)
 	require.ErrorIs(t, err, turn.ErrNoOutbox)
 	require.Equal(t, turn.KindPermanent, turn.Classify(err))
 }
