@@ -29,8 +29,9 @@ Examples:
 `
 
 const inboxPurgeUsage = `
-Deletes done and dead inbox entries last updated longer ago than --older-than; entries in
-progress stay. A request Kafka delivers again after its entry was purged runs again as new:
+Deletes done and dead inbox entries last updated longer ago than --older-than, with their
+step journals, and delivered and dead outbox intents as old (counted with the entries);
+entries in progress and pending intents stay. A request Kafka delivers again after its entry was purged runs again as new:
 keep entries longer than the requests topic's retention. Run it from cron, or call
 inbox.RunPurge in the service.
 
@@ -165,7 +166,7 @@ func inboxPurge(ctx context.Context, e *env, args []string) error {
 	cutoff := time.Now().Add(-*older)
 	n, err := ib.Purge(ctx, cutoff)
 	if err != nil {
-		return partly(n, "purged %d inbox entries", err)
+		return partly(n, "purged %d inbox entries (and delivered or dead outbox intents)", err)
 	}
 	fmt.Fprintf(e.stdout, "purged %d inbox entries last updated before %s\n", n, cutoff.UTC().Format(time.RFC3339))
 	return nil
