@@ -26,15 +26,25 @@ func TestSupportInbox(t *testing.T) {
 
 	demotest.RequireChecks(t, rep.Checks,
 		"one reply per email",
-		"each refund issued once",
+		"each refund issued once, by one refund call",
+		"one confirmation email per refund, delivered once through the outbox",
 		"the poison email is in the dead-letter topic after 3 attempts, with its reason",
 		"every second email is answered in the context of the first",
-		"the turn cut by the redeploy ran again elsewhere, with one refund and one reply",
+		"the redeployed turn resumed mid-loop without re-running its completed steps",
 	)
 	require.Equal(t, 2*24+1, rep.Emails)
 	require.Equal(t, 2*24, rep.Replies)
 	require.Equal(t, 12, rep.Refunds, "every other customer was charged twice")
-	require.Equal(t, 13, rep.RefundCalls, "the redone turn asked again, and got the first refund")
+	require.Equal(t, 12, rep.RefundCalls, "the journal answered the redone turn's refund step: no second call")
+	require.Equal(t, 12, rep.Mails, "one confirmation email per refund")
+	require.GreaterOrEqual(t, rep.MailRequests, rep.Mails)
+	require.Equal(t, 12, rep.ToolCalls[toolRefund])
+	require.Equal(t, 12, rep.ToolCalls[toolLookupRefund])
+	require.Equal(t, 24, rep.ToolCalls[toolOpenCase], "one case per customer")
+	// First emails: 2 model calls each (open_case, answer); late parcels' second: 1; double
+	// charges' second: 4; the poison: 1 per attempt; the cut turn's held call: 1 more.
+	require.Equal(t, 24*2+12*1+12*4+MaxAttempts+1, rep.ModelCalls)
+	require.Len(t, rep.Steps, 7)
 	require.Len(t, rep.DeadLetters, 1)
 	require.Equal(t, MaxAttempts, rep.DeadLetters[0].Attempts)
 	require.Greater(t, len(rep.DeadLetters[0].Value), DefaultPoisonBytes, "the dead letter carries the email as it came")
