@@ -137,12 +137,10 @@ func infoOf(ctx context.Context) turnInfo {
 // support is the support platform's agent: one agent.Agent (the provider-neutral loop) over
 // a scripted LLM and four tools, shared by the members, each of which wraps it in a desk.
 type support struct {
-	agent    *agent.Agent
-	llm      *llm
-	rec      *recorder
-	payments *payments
-	mail     *mail
-	tools    []agent.Tool
+	agent *agent.Agent
+	llm   *llm
+	rec   *recorder
+	tools []agent.Tool // the relay delivers the deferred ones (agent.Deliverer)
 }
 
 // heldTurn says which member holds the interrupted turn, and the refund it already issued.
@@ -151,10 +149,11 @@ type heldTurn struct {
 	refund string
 }
 
+// newSupport returns the agent over the payment and mail services: a fake LLM whose context
+// window is contextWindow bytes and which holds request hold's model call after its refund.
 func newSupport(p *payments, m *mail, contextWindow int, hold string) (*support, error) {
 	rec := &recorder{model: map[string][]stepRun{}, tools: map[string][]stepRun{}}
-	s := &support{rec: rec, payments: p, mail: m,
-		llm: &llm{contextWindow: contextWindow, hold: hold, held: make(chan heldTurn, 1), rec: rec}}
+	s := &support{rec: rec, llm: &llm{contextWindow: contextWindow, hold: hold, held: make(chan heldTurn, 1), rec: rec}}
 	record := func(ctx context.Context, call agent.Call) {
 		rec.add(rec.tools, infoOf(ctx).request, stepRun{Member: infoOf(ctx).member, Ordinal: call.Ordinal, Name: call.Name, Key: call.Key})
 	}
