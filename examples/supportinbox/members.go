@@ -23,7 +23,7 @@ type fleet struct {
 	group    string
 	sessions session.Store
 	inbox    inbox.Inbox
-	agent    *agent
+	support  *support
 	log      *slog.Logger
 }
 
@@ -35,7 +35,7 @@ func (f *fleet) start() (string, error) {
 	// undecodable instead of failing its three attempts in the model.
 	dec := turn.Decoder{MaxTextBytes: MaxRecordBytes}
 	runner := &turn.Runner{
-		Model: f.agent.model(name), Sessions: f.sessions, Inbox: f.inbox, App: "support",
+		Model: f.support.desk(name), Sessions: f.sessions, Inbox: f.inbox, App: "support",
 		TurnTimeout: 30 * time.Second, MaxAttempts: MaxAttempts, Decoder: dec, Logger: log,
 	}
 	c, err := consumer.New(consumer.Config{

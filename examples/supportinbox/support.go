@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
@@ -17,8 +18,10 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/turnstile-go/turnstile/deadletter"
 	"github.com/turnstile-go/turnstile/examples/internal/demo"
+	"github.com/turnstile-go/turnstile/inbox"
 	"github.com/turnstile-go/turnstile/inbox/sqlinbox"
 	"github.com/turnstile-go/turnstile/session/sqlsession"
+	"github.com/turnstile-go/turnstile/turn/agent"
 	"github.com/turnstile-go/turnstile/turntest"
 )
 
@@ -89,8 +92,18 @@ type Report struct {
 	// records, repeats included (the mail sender dedups them on the request id).
 	Replies, ReplyRecords int
 	// Refunds counts the refunds the payment service issued; RefundCalls the refund requests
-	// it got, repeats included.
+	// it got, repeats included: equal, for the journal answers a completed refund step on a
+	// re-run of its turn without calling the payment service again.
 	Refunds, RefundCalls int
+	// ModelCalls counts the fake LLM's model calls (Complete), ToolCalls the tool calls run
+	// inside turns, per tool (deferred ones are not run inside a turn).
+	ModelCalls int
+	ToolCalls  map[string]int
+	// Mails counts the emails the mail service sent, one per idempotency key; MailRequests
+	// the send requests the outbox relay made, redeliveries included.
+	Mails, MailRequests int
+	// Steps is the journal of Protagonist's second email: its agent steps, and where each ran.
+	Steps []string
 	// DeadLetters are the records on the dead-letter topic, one per request id.
 	DeadLetters []deadletter.Letter
 	// Protagonist's partition, and the story of the redeploy.
@@ -98,7 +111,7 @@ type Report struct {
 	Redeploy  string
 	// Transcript is Protagonist's conversation as the session store holds it.
 	Transcript []string
-	// Elapsed is the wall time from the first email produced to the last outcome read.
+	// Elapsed is the wall time from the first email produced to the outbox drained.
 	Elapsed time.Duration
 	// Checks are the run's checks, in order.
 	Checks demo.Checks
@@ -152,11 +165,27 @@ func run(ctx context.Context, cfg Config, out io.Writer) (Report, error) {
 		return rep, err
 	}
 
-	pay := newPayments()
+	pay, ml := newPayments(), newMail()
 	victim := mb.byConv[Protagonist].emails[1]
-	ag := newAgent(pay, ContextWindow, victim.ID)
-	fl := &fleet{Fleet: &demo.Fleet{Log: cfg.Logger}, brokers: brokers, group: "support-agents", sessions: sessions, inbox: ib, agent: ag, log: cfg.Logger}
+	sup, err := newSupport(pay, ml, ContextWindow, victim.ID)
+	if err != nil {
+		return rep, err
+	}
+	fl := &fleet{Fleet: &demo.Fleet{Log: cfg.Logger}, brokers: brokers, group: "support-agents", sessions: sessions, inbox: ib, support: sup, log: cfg.Logger}
 	defer fl.StopAll()
+	// One relay for the fleet, a service of its own like the mail gateway: SQLite has one
+	// writer at a time, and eight relays polling it would only queue on its lock. On
+	// PostgreSQL each member could run one: their claims lease intents and skip each other's.
+	relay := &inbox.Relay{Outbox: ib, Deliver: agent.Deliverer(sup.tools...), Poll: 100 * time.Millisecond, Lease: 10 * time.Second,
+		Backoff: inbox.RelayBackoff{Initial: 100 * time.Millisecond, Max: time.Second}, Logger: cfg.Logger}
+	rctx, cancelRelay := context.WithCancel(ctx)
+	relayDone := make(chan error, 1)
+	go func() { relayDone <- relay.Run(rctx) }()
+	stopRelay := sync.OnceValue(func() error {
+		cancelRelay()
+		return <-relayDone
+	})
+	defer stopRelay()
 	fmt.Fprintf(out, "support inbox: %d customers write %d emails to %s (%d partitions); %d members in group %s\n",
 		cfg.Customers, rep.Emails, RequestsTopic, cfg.Partitions, cfg.Members, fl.group)
 	for range cfg.Members {
@@ -183,13 +212,19 @@ func run(ctx context.Context, cfg Config, out io.Writer) (Report, error) {
 	if err := produce(brokers, mb.order); err != nil {
 		return rep, err
 	}
-	if err := waitOutcomes(ctx, cfg, &rep, mb, w, fl, ag, pay, out); err != nil {
+	if err := waitOutcomes(ctx, cfg, &rep, mb, w, fl, sup, out); err != nil {
+		return rep, err
+	}
+	fl.StopAll()
+	w.Close()
+	if err := drain(ctx, ib, cfg.Timeout); err != nil {
 		return rep, err
 	}
 	rep.Elapsed = time.Since(start)
-	fl.StopAll()
-	w.Close()
-	if err := check(ctx, &rep, mb, w, ag, pay, sessions); err != nil {
+	if err := stopRelay(); err != nil {
+		return rep, err
+	}
+	if err := check(ctx, &rep, mb, w, sup, pay, ml, sessions, ib); err != nil {
 		return rep, err
 	}
 	rep.print(out)
@@ -198,13 +233,13 @@ func run(ctx context.Context, cfg Config, out io.Writer) (Report, error) {
 
 // waitOutcomes waits until every email has a reply or a dead letter, redeploying the member
 // that holds Protagonist's second turn when it reports in.
-func waitOutcomes(ctx context.Context, cfg Config, rep *Report, mb *mailbag, w *demo.Watcher, fl *fleet, ag *agent, pay *payments, out io.Writer) error {
+func waitOutcomes(ctx context.Context, cfg Config, rep *Report, mb *mailbag, w *demo.Watcher, fl *fleet, sup *support, out io.Writer) error {
 	deadline := time.NewTimer(cfg.Timeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	redeployed := make(chan string, 1)
-	held := ag.held
+	held := sup.llm.held
 	for {
 		if err := fl.Failed(); err != nil {
 			return err
@@ -216,8 +251,8 @@ func waitOutcomes(ctx context.Context, cfg Config, rep *Report, mb *mailbag, w *
 		select {
 		case h := <-held:
 			held = nil
-			fmt.Fprintf(out, "%s's second email is mid-turn on %s: the refund tool issued %s, the model is still answering; redeploying %s\n",
-				Protagonist, h.member, h.refund.ID, h.member)
+			fmt.Fprintf(out, "%s's second email is mid-loop on %s: the refund tool issued %s, the next model call is in flight; redeploying %s\n",
+				Protagonist, h.member, h.refund, h.member)
 			go func() { redeployed <- redeploy(fl, h) }()
 		case msg := <-redeployed:
 			redeployed = nil
@@ -243,6 +278,26 @@ func redeploy(fl *fleet, h heldTurn) string {
 	}
 	return fmt.Sprintf("redeploy: %s stopped in %s (%d turns done, %d abandoned mid-turn and left uncommitted); %s started in its place",
 		h.member, time.Since(began).Round(time.Millisecond), st.Turns, st.Abandoned, name)
+}
+
+// drain waits until the relay has settled every intent of the outbox: none pending.
+func drain(ctx context.Context, ob inbox.Outbox, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		pending, err := ob.Intents(ctx, inbox.IntentFilter{Status: inbox.IntentPending, Limit: 1})
+		switch {
+		case err != nil:
+			return fmt.Errorf("supportinbox: drain the outbox: %w", err)
+		case len(pending) == 0:
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("supportinbox: drain the outbox: intent %s still pending: %w", pending[0].ID, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // openSQLite opens a SQLite database in a temporary directory, removed by cleanup.

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -10,7 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-go/turnstile/examples/internal/demo/demotest"
+	"github.com/turnstile-go/turnstile/inbox"
+	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turn/agent"
 )
 
 func TestMain(m *testing.M) { demotest.Main(m) }
@@ -26,15 +30,25 @@ func TestSupportInbox(t *testing.T) {
 
 	demotest.RequireChecks(t, rep.Checks,
 		"one reply per email",
-		"each refund issued once",
+		"each refund issued once, by one refund call",
+		"one confirmation email per refund, delivered once through the outbox",
 		"the poison email is in the dead-letter topic after 3 attempts, with its reason",
 		"every second email is answered in the context of the first",
-		"the turn cut by the redeploy ran again elsewhere, with one refund and one reply",
+		"the redeployed turn resumed mid-loop without re-running its completed steps",
 	)
 	require.Equal(t, 2*24+1, rep.Emails)
 	require.Equal(t, 2*24, rep.Replies)
 	require.Equal(t, 12, rep.Refunds, "every other customer was charged twice")
-	require.Equal(t, 13, rep.RefundCalls, "the redone turn asked again, and got the first refund")
+	require.Equal(t, 12, rep.RefundCalls, "the journal answered the redone turn's refund step: no second call")
+	require.Equal(t, 12, rep.Mails, "one confirmation email per refund")
+	require.GreaterOrEqual(t, rep.MailRequests, rep.Mails)
+	require.Equal(t, 12, rep.ToolCalls[toolRefund])
+	require.Equal(t, 12, rep.ToolCalls[toolLookupRefund])
+	require.Equal(t, 24, rep.ToolCalls[toolOpenCase], "one case per customer")
+	// First emails: 2 model calls each (open_case, answer); late parcels' second: 1; double
+	// charges' second: 4; the poison: 1 per attempt; the cut turn's held call: 1 more.
+	require.Equal(t, 24*2+12*1+12*4+MaxAttempts+1, rep.ModelCalls)
+	require.Len(t, rep.Steps, 7)
 	require.Len(t, rep.DeadLetters, 1)
 	require.Equal(t, MaxAttempts, rep.DeadLetters[0].Attempts)
 	require.Greater(t, len(rep.DeadLetters[0].Value), DefaultPoisonBytes, "the dead letter carries the email as it came")
@@ -102,4 +116,84 @@ func TestConfigValidate(t *testing.T) {
 	require.Equal(t, 2, command().Main([]string{"-customers", "x"}, &out, &errOut))
 	require.Equal(t, 1, command().Main([]string{"-customers", "-3"}, &out, &errOut))
 	require.Contains(t, errOut.String(), "Customers")
+}
+
+func TestMailSendOncePerKey(t *testing.T) {
+	t.Parallel()
+	m := newMail()
+	ctx := context.Background()
+	first, err := m.Send(ctx, "k1", "a@example.com", "s", "b")
+	require.NoError(t, err)
+	again, err := m.Send(ctx, "k1", "a@example.com", "s", "b")
+	require.NoError(t, err)
+	require.Equal(t, first, again, "a redelivery gets the first message back")
+	_, err = m.Send(ctx, "k2", "b@example.com", "s", "b")
+	require.NoError(t, err)
+	msgs, requests := m.sent()
+	require.Len(t, msgs, 2)
+	require.Equal(t, 3, requests)
+	require.Equal(t, 2, m.sendsFor("k1"))
+	_, err = m.Send(ctx, "", "c@example.com", "s", "b")
+	require.ErrorContains(t, err, "idempotency key")
+}
+
+// TestAgentResumesFromJournal runs a double-charge case's two emails through a Runner on the
+// memory stores, cuts the second turn in its model call after the refund, and runs it again:
+// the journal answers the completed steps, so neither the model nor the tools run them again.
+func TestAgentResumesFromJournal(t *testing.T) {
+	t.Parallel()
+	mb := newMailbag(3, DefaultPartitions, 2<<20)
+	c := mb.byConv[Protagonist]
+	pay, ml := newPayments(), newMail()
+	sup, err := newSupport(pay, ml, ContextWindow, c.emails[1].ID)
+	require.NoError(t, err)
+	ib, sessions := inbox.NewMemoryInbox(), session.NewMemoryStore()
+	runner := func(member string) *turn.Runner {
+		return &turn.Runner{Model: sup.desk(member), Sessions: sessions, Inbox: ib, App: "support"}
+	}
+	r1, r2 := runner("m1"), runner("m2")
+
+	ctx := context.Background()
+	res, err := r1.Run(ctx, c.emails[0])
+	require.NoError(t, err)
+	require.Contains(t, res.Text, "double charge of $"+dollars(c.cents))
+	sess, err := sessions.Get(ctx, c.key(), 100)
+	require.NoError(t, err)
+	require.JSONEq(t, fmt.Sprintf(`{"order":%q,"issue":"double_charge","cents":%d,"first_email_at":%q}`,
+		c.order, c.cents, c.emails[0].CreatedAt.Format(time.RFC3339Nano)), string(sess.State))
+
+	cut, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := r1.Run(cut, c.emails[1])
+		done <- err
+	}()
+	h := <-sup.llm.held
+	require.Equal(t, "m1", h.member)
+	cancel()
+	require.Error(t, <-done)
+
+	res, err = r2.Run(ctx, c.emails[1])
+	require.NoError(t, err)
+	refunds, calls := pay.issued()
+	require.Len(t, refunds, 1)
+	require.Equal(t, 1, calls, "the journal answered the refund step")
+	require.Equal(t, c.stepKey(refundStep), refunds[0].Key)
+	require.Contains(t, res.Text, refunds[0].ID)
+
+	steps, err := ib.Steps(ctx, turn.InboxKey("support", c.emails[1]))
+	require.NoError(t, err)
+	model, tools := sup.rec.modelCalls(c.emails[1].ID), sup.rec.toolCalls(c.emails[1].ID)
+	ok, detail := resumed(steps, model, tools)
+	require.True(t, ok, detail)
+
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	relay := &inbox.Relay{Outbox: ib, Deliver: agent.Deliverer(sup.tools...), Poll: 10 * time.Millisecond,
+		OnSettled: func(inbox.Intent, error) { stop() }}
+	require.NoError(t, relay.Run(rctx))
+	msgs, _ := ml.sent()
+	require.Len(t, msgs, 1)
+	require.Equal(t, c.stepKey(emailStep), msgs[0].Key)
+	require.Equal(t, c.user+"@example.com", msgs[0].To)
 }
