@@ -139,8 +139,9 @@ func (a *Agent) Respond(ctx context.Context, in turn.Input) (turn.Output, error)
 // model runs the n-th model call of the turn as a journal step and returns its reply, the
 // recorded one when an earlier run completed the step.
 func (a *Agent) model(ctx context.Context, j *turn.Journal, n int, history []Message) (Reply, error) {
-	out, err := j.Run(ctx, j.Next(ModelStep), func(ctx context.Context, _ string) ([]byte, error) {
-		reply, err := a.cfg.Provider.Complete(ctx, Request{System: a.cfg.System, Messages: history, Tools: a.specs})
+	step := j.Next(ModelStep)
+	out, err := j.Run(ctx, step, func(ctx context.Context, _ string) ([]byte, error) {
+		reply, err := a.cfg.Provider.Complete(ctx, Request{System: a.cfg.System, Messages: history, Tools: a.specs, Step: step})
 		if err != nil {
 			return nil, err
 		}

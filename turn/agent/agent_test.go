@@ -178,6 +178,15 @@ func TestLoopRunsToolsInParallelAndRecordsEvents(t *testing.T) {
 	require.Equal(t, "lookup", p.reqs[0].Tools[0].Name)
 	require.Equal(t, "object", p.reqs[0].Tools[0].Schema["type"])
 	require.Len(t, p.reqs[2].Messages, 3+4) // hi, hello, refund o-1; two assistant+tool pairs
+	// The model calls are steps 1, 3 and 6 (lookup is 2; refund and lookup 4 and 5; the
+	// unknown tool takes none): the provider gets each one's step.
+	var ordinals []int
+	for _, r := range p.reqs {
+		require.Equal(t, agent.ModelStep, r.Step.Name)
+		require.Equal(t, in.ToolKey(fmt.Sprintf("model#%d", r.Step.Ordinal)), r.Step.Key)
+		ordinals = append(ordinals, r.Step.Ordinal)
+	}
+	require.Equal(t, []int{1, 3, 6}, ordinals)
 
 	// The next turn's history, from the events this turn returned (after its user message).
 	history := append([]session.Event{{Author: "user", Text: "refund o-1"}}, out.Events...)

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"github.com/turnstile-go/turnstile/turn"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -30,6 +32,10 @@ type Request struct {
 	Messages []Message
 	// Tools are the tools the model may call; none sends no tools.
 	Tools []ToolSpec
+	// Step is the model call's step in the turn's journal (ordinal, name "model", key): the
+	// same on every run of the turn, for a provider that logs it or sends the key to a
+	// gateway that dedups requests.
+	Step turn.Step
 }
 
 // Role is who a Message is from.
