@@ -293,12 +293,9 @@ func (m *llm) Complete(ctx context.Context, req agent.Request) (agent.Reply, err
 		return agent.Reply{}, turn.Permanent(errors.New("llm: no user message"))
 	}
 	steps := req.Messages[cur+1:]
-	ordinal := 1 // this call's step in the turn: one per model call and per tool call before it
+	ordinal := req.Step.Ordinal // this call's step in the turn's journal
 	var results []agent.ToolResult
 	for _, msg := range steps {
-		if msg.Role == agent.RoleAssistant {
-			ordinal += 1 + len(msg.ToolCalls)
-		}
 		results = append(results, msg.Results...)
 	}
 	ti := infoOf(ctx)
