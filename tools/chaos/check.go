@@ -100,13 +100,13 @@ func (f *Figures) Line() string {
 		f.Elapsed.Round(100*time.Millisecond), f.Seed)
 }
 
-// ExtraBound is the most model steps that may run again after completing once: the faults
-// that can cut a step between its execution (counted as its last act) and its record in the
-// journal. A kill -9 of a member or worker, or a SIGTERM whose drain cuts the turn, cuts at
-// most one step of each turn in flight there, but only one whose count landed and whose
-// record did not, a window of one database round trip; a killed connection fails at most the
-// one statement on it (the count's reply or the record). So each such fault accounts for at
-// most one extra execution, in practice far fewer.
+// ExtraBound bounds ExtraModelSteps: the faults that can cut a model step between its
+// execution (which it counts as its last act) and its record in the journal. They are the
+// kill -9s of members and workers, the SIGTERMs (a drain that cuts a turn) and the
+// connections the database kills ended (a killed connection fails the count's reply or the
+// record). The window is one database round trip, so a fault rarely cuts even one step; the
+// bound is the journal's acceptance line rather than a worst case (a kill with many turns in
+// flight could, in principle, cut one step of each).
 func (f *Figures) ExtraBound() int { return f.Kills + f.WorkerKills + f.Terms + f.ConnsKilled }
 
 // OK reports whether every check passed.

@@ -336,21 +336,19 @@ func setupTables(ctx context.Context, dsn string) (*sql.DB, string, error) {
 	if err == nil {
 		err = dedup.Migrate(ctx)
 	}
+	// The refund and email services: one row per idempotency key, as a payment or email API
+	// keeps them, with the calls it took under that key.
+	service := func(name string) string {
+		return `CREATE TABLE ` + prefix + name + ` (
+			tool_key TEXT PRIMARY KEY,
+			request_id TEXT NOT NULL,
+			conversation TEXT NOT NULL,
+			calls INTEGER NOT NULL DEFAULT 1,
+			created_at TIMESTAMPTZ NOT NULL DEFAULT now())`
+	}
 	for _, ddl := range []string{
-		// The refund and email services: one row per idempotency key, as a payment or email
-		// API keeps them, with the calls it took under that key.
-		`CREATE TABLE ` + prefix + `chaos_refunds (
-			tool_key TEXT PRIMARY KEY,
-			request_id TEXT NOT NULL,
-			conversation TEXT NOT NULL,
-			calls INTEGER NOT NULL DEFAULT 1,
-			created_at TIMESTAMPTZ NOT NULL DEFAULT now())`,
-		`CREATE TABLE ` + prefix + `chaos_emails (
-			tool_key TEXT PRIMARY KEY,
-			request_id TEXT NOT NULL,
-			conversation TEXT NOT NULL,
-			calls INTEGER NOT NULL DEFAULT 1,
-			created_at TIMESTAMPTZ NOT NULL DEFAULT now())`,
+		service("chaos_refunds"),
+		service("chaos_emails"),
 		// The executions of the agent's model steps, counted by the steps themselves.
 		`CREATE TABLE ` + prefix + `chaos_steps (
 			request_id TEXT NOT NULL,
