@@ -20,9 +20,6 @@ import (
 // the deferred email waits for the commit, and the relay delivers it once. A request whose
 // session store panics after its steps leaves no intent.
 func TestModelRunsEachStepOnceAndDefersTheEmail(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs PostgreSQL")
-	}
 	sqltest.Postgres(t) // skips, or fails under CI=true, when PostgreSQL is unreachable
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
