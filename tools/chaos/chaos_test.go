@@ -24,8 +24,8 @@ import (
 // duplicate side effect (refund or email), no valid request dead-lettered, every record with
 // an outcome, every expected dead letter dead-lettered with a reason, no member dead by
 // itself, no email of a turn that did not commit, every committed turn's email delivered, no
-// intent buried or left pending, model steps run again no more often than the kills, SIGTERMs
-// and killed connections (Figures.ExtraBound) and, in the transactional cell, no request with
+// intent buried or left pending, model steps run again no more often than the kills, poison
+// exits, SIGTERMs and killed connections (Figures.ExtraBound) and, in the transactional cell, no request with
 // two committed results. The members are the command
 // tools/chaos/cmd/chaos, built without the race detector. TURNSTILE_CHAOS_SEED replays a
 // seed; TURNSTILE_CHAOS_CELL runs one cell only. The seed is logged with the figures.
@@ -116,7 +116,7 @@ func runShort(t *testing.T, exe string, cell Cell) {
 	require.Equal(t, fig.Turns, fig.Emails, "every committed turn's email delivered, and no other")
 	require.GreaterOrEqual(t, fig.ModelSteps, 2*fig.Turns, "two model steps a turn")
 	require.LessOrEqual(t, fig.ExtraModelSteps, fig.ExtraBound(),
-		"model steps run again: no more than the kills, SIGTERMs and killed connections (seed %d)", cfg.Seed)
+		"model steps run again: no more than the kills, poison exits, SIGTERMs and killed connections (seed %d)", cfg.Seed)
 	require.Equal(t, fig.Invalid+fig.Poison+fig.Strangers+fig.Panics+fig.Limited, fig.DeadLetters,
 		"every invalid, poison, stranger, panicking and always-limited record is dead-lettered")
 }

@@ -102,12 +102,15 @@ func (f *Figures) Line() string {
 
 // ExtraBound bounds ExtraModelSteps: the faults that can cut a model step between its
 // execution (which it counts as its last act) and its record in the journal. They are the
-// kill -9s of members and workers, the SIGTERMs (a drain that cuts a turn) and the
+// kill -9s of members and workers, the poison requests' exits (a kill of the member by its
+// own model, with other turns in flight), the SIGTERMs (a drain that cuts a turn) and the
 // connections the database kills ended (a killed connection fails the count's reply or the
 // record). The window is one database round trip, so a fault rarely cuts even one step; the
 // bound is the journal's acceptance line rather than a worst case (a kill with many turns in
 // flight could, in principle, cut one step of each).
-func (f *Figures) ExtraBound() int { return f.Kills + f.WorkerKills + f.Terms + f.ConnsKilled }
+func (f *Figures) ExtraBound() int {
+	return f.Kills + f.WorkerKills + f.Crashes + f.Terms + f.ConnsKilled
+}
 
 // OK reports whether every check passed.
 func (f *Figures) OK() bool { return len(f.Failures) == 0 }
@@ -419,7 +422,7 @@ func judge(w *workload, o *outcomes, events []turnRow, tb *tables, committed boo
 	}
 	var overBound problems // one failure, whose figure is ExtraModelSteps
 	if bound := f.ExtraBound(); f.ExtraModelSteps > bound {
-		overBound.add("%d extra executions, more than the %d kills, SIGTERMs and killed connections: %s",
+		overBound.add("%d extra executions, more than the %d kills, poison exits, SIGTERMs and killed connections: %s",
 			f.ExtraModelSteps, bound, strings.Join(extra.examples, "; "))
 	}
 	for _, id := range tb.deadIntents {

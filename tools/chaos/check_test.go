@@ -278,24 +278,25 @@ func TestJudgeFindsEachFault(t *testing.T) {
 	}
 }
 
-// What the faults explain passes: extra model steps up to the kills, SIGTERMs and killed
-// connections, and an email delivered again (the relay's at least once).
+// What the faults explain passes: extra model steps up to the kills, poison exits, SIGTERMs
+// and killed connections, and an email delivered again (the relay's at least once).
 func TestJudgeAllowsWhatTheFaultsExplain(t *testing.T) {
 	t.Parallel()
 	s := newServed(t)
-	s.fig.Kills, s.fig.WorkerKills, s.fig.Terms, s.fig.ConnsKilled = 1, 1, 1, 1
+	s.fig.Kills, s.fig.WorkerKills, s.fig.Crashes, s.fig.Terms, s.fig.ConnsKilled = 1, 1, 1, 1, 1
 	ids := s.validIDs()
 	s.tb.steps[stepRun{ids[0], 1}] = 2
 	s.tb.steps[stepRun{ids[1], 4}] = 3
 	s.tb.steps[stepRun{ids[2], 4}] = 2
+	s.tb.steps[stepRun{ids[3], 1}] = 2
 	s.tb.emailCalls += 3
 	f := s.judge()
 	require.Empty(t, f.Failures)
-	require.Equal(t, 4, f.ExtraBound())
-	require.Equal(t, 4, f.ExtraModelSteps)
-	require.Equal(t, 84, f.ModelSteps)
+	require.Equal(t, 5, f.ExtraBound())
+	require.Equal(t, 5, f.ExtraModelSteps)
+	require.Equal(t, 85, f.ModelSteps)
 	require.Equal(t, 3, f.EmailRedeliveries)
-	require.Contains(t, f.Line(), "extra_model_steps=4 (bound 4)")
+	require.Contains(t, f.Line(), "extra_model_steps=5 (bound 5)")
 	require.Contains(t, f.Line(), "email_redeliveries=3")
 }
 

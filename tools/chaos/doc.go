@@ -91,8 +91,8 @@
 //   - extra model steps: executions of a model step beyond one per request and step
 //     (Figures.ExtraModelSteps), which must not exceed the faults that can cut a step
 //     between its execution and its record in the journal (Figures.ExtraBound): the kill -9s
-//     of members and workers, the SIGTERMs (a drain that cuts a turn) and the connections the
-//     database kills ended. The window is one database round trip (the count has landed, the
+//     of members and workers, the poison requests' exits (which kill a member like a kill -9),
+//     the SIGTERMs (a drain that cuts a turn) and the connections the database kills ended. The window is one database round trip (the count has landed, the
 //     record has not), so the figure stays far below the bound; a journal that lost a record
 //     or was not read again would repay nearly every model step of the turns that ran twice;
 //   - emails without a commit: an email row of a request with no turn in its session (an
