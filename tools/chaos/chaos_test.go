@@ -21,9 +21,12 @@ import (
 // restart), with at least 5 kill -9s and a database connection kill among the faults, hostile,
 // stranger, panicking, always rate-limited and poison records mixed in, and requires the
 // checker's zeros: nothing lost, no duplicate turn, no order violation, no context miss, no
-// duplicate side effect, no valid request dead-lettered, every record with an outcome, every
-// expected dead letter dead-lettered with a reason, no member dead by itself and, in the
-// transactional cell, no request with two committed results. The members are the command
+// duplicate side effect (refund or email), no valid request dead-lettered, every record with
+// an outcome, every expected dead letter dead-lettered with a reason, no member dead by
+// itself, no email of a turn that did not commit, every committed turn's email delivered, no
+// intent buried or left pending, model steps run again no more often than the kills, poison
+// exits, SIGTERMs and killed connections (Figures.ExtraBound) and, in the transactional cell, no request with
+// two committed results. The members are the command
 // tools/chaos/cmd/chaos, built without the race detector. TURNSTILE_CHAOS_SEED replays a
 // seed; TURNSTILE_CHAOS_CELL runs one cell only. The seed is logged with the figures.
 func TestChaosShort(t *testing.T) {
@@ -101,13 +104,19 @@ func runShort(t *testing.T, exe string, cell Cell) {
 	for name, v := range map[string]int{"lost": fig.Lost, "duplicate turns": fig.DuplicateTurns,
 		"order violations": fig.OrderViolations, "context misses": fig.ContextMisses,
 		"duplicate side effects": fig.DuplicateSideEffects, "valid dead letters": fig.ValidDeadLetters,
-		"records with no outcome": fig.NoOutcome, "member failures": fig.MemberFails} {
+		"records with no outcome": fig.NoOutcome, "member failures": fig.MemberFails,
+		"emails without a committed turn": fig.EmailsWithoutCommit, "committed turns without their email": fig.CommittedWithoutEmail,
+		"buried intents": fig.DeadIntents, "intents left pending": fig.PendingIntents} {
 		require.Zero(t, v, "%s (cell %s seed %d)", name, cell, cfg.Seed)
 	}
 	if cell.Transactional() {
 		require.Zero(t, fig.DuplicateResults, "request ids with two committed results (seed %d)", cfg.Seed)
 	}
 	require.Equal(t, fig.Requests-fig.Poison, fig.Turns, "every valid request has its turn")
+	require.Equal(t, fig.Turns, fig.Emails, "every committed turn's email delivered, and no other")
+	require.GreaterOrEqual(t, fig.ModelSteps, 2*fig.Turns, "two model steps a turn")
+	require.LessOrEqual(t, fig.ExtraModelSteps, fig.ExtraBound(),
+		"model steps run again: no more than the kills, poison exits, SIGTERMs and killed connections (seed %d)", cfg.Seed)
 	require.Equal(t, fig.Invalid+fig.Poison+fig.Strangers+fig.Panics+fig.Limited, fig.DeadLetters,
 		"every invalid, poison, stranger, panicking and always-limited record is dead-lettered")
 }

@@ -42,6 +42,24 @@ type Figures struct {
 	Turns         int // turns in the session histories
 	Refunds       int // refund rows; RefundCalls counts the calls the idempotent service took
 	RefundCalls   int
+	// ModelSteps counts the executions of the agent's model steps (chaos_steps), and
+	// ExtraModelSteps those beyond one per request and step: model calls the journal did
+	// not save. They may not exceed ExtraBound (see ExtraBound).
+	ModelSteps      int
+	ExtraModelSteps int
+	// Emails counts the email rows (one per idempotency key); EmailRedeliveries the calls
+	// beyond one per row, the relay's at-least-once redeliveries (reported, not failed).
+	Emails            int
+	EmailRedeliveries int
+	// EmailsWithoutCommit counts the email rows of a request with no turn in its session
+	// (an intent of a turn that never committed was delivered); CommittedWithoutEmail the
+	// committed turns of valid requests with no email; DeadIntents the intents the relays
+	// buried; PendingIntents those still pending after the checker's tail delivery. Each
+	// must be zero.
+	EmailsWithoutCommit   int
+	CommittedWithoutEmail int
+	DeadIntents           int
+	PendingIntents        int
 
 	Lost                 int
 	DuplicateTurns       int
@@ -72,12 +90,26 @@ func (f *Figures) Line() string {
 		temporal = fmt.Sprintf(" workers=%d worker_kills=%d server_restarts=%d", f.Workers, f.WorkerKills, f.ServerRestarts)
 	}
 	return fmt.Sprintf("cell=%s requests=%d conversations=%d invalid=%d poison=%d strangers=%d panics=%d limited=%d members=%d%s kills=%d sigterms=%d db_kills=%d (connections=%d) restarts=%d bursts=%d poison_crashes=%d member_failures=%d "+
-		"results=%d turns=%d refunds=%d refund_calls=%d "+
+		"results=%d turns=%d refunds=%d refund_calls=%d model_steps=%d extra_model_steps=%d (bound %d) emails=%d email_redeliveries=%d "+
+		"emails_without_commit=%d committed_without_email=%d dead_intents=%d pending_intents=%d "+
 		"lost=%d duplicate_turns=%d order_violations=%d context_misses=%d duplicate_side_effects=%d dead_letters=%d valid_dead_letters=%d no_outcome=%d duplicate_results=%d other_failures=%d elapsed=%s seed=%d",
 		f.Cell, f.Requests, f.Conversations, f.Invalid, f.Poison, f.Strangers, f.Panics, f.Limited, f.Members, temporal, f.Kills, f.Terms, f.DBKills, f.ConnsKilled, f.Restarts, f.Bursts, f.Crashes, f.MemberFails,
-		f.ResultRecords, f.Turns, f.Refunds, f.RefundCalls,
+		f.ResultRecords, f.Turns, f.Refunds, f.RefundCalls, f.ModelSteps, f.ExtraModelSteps, f.ExtraBound(), f.Emails, f.EmailRedeliveries,
+		f.EmailsWithoutCommit, f.CommittedWithoutEmail, f.DeadIntents, f.PendingIntents,
 		f.Lost, f.DuplicateTurns, f.OrderViolations, f.ContextMisses, f.DuplicateSideEffects, f.DeadLetters, f.ValidDeadLetters, f.NoOutcome, f.DuplicateResults, f.Other,
 		f.Elapsed.Round(100*time.Millisecond), f.Seed)
+}
+
+// ExtraBound bounds ExtraModelSteps: the faults that can cut a model step between its
+// execution (which it counts as its last act) and its record in the journal. They are the
+// kill -9s of members and workers, the poison requests' exits (a kill of the member by its
+// own model, with other turns in flight), the SIGTERMs (a drain that cuts a turn) and the
+// connections the database kills ended (a killed connection fails the count's reply or the
+// record). The window is one database round trip, so a fault rarely cuts even one step; the
+// bound is the journal's acceptance line rather than a worst case (a kill with many turns in
+// flight could, in principle, cut one step of each).
+func (f *Figures) ExtraBound() int {
+	return f.Kills + f.WorkerKills + f.Crashes + f.Terms + f.ConnsKilled
 }
 
 // OK reports whether every check passed.
@@ -262,37 +294,98 @@ func check(ctx context.Context, cfg *Config, brokers []string, db *sql.DB, prefi
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("read histories: %w", err)
 	}
-	refunds := map[string]int{}
-	rows, err = db.QueryContext(ctx, `SELECT request_id, calls FROM `+prefix+`chaos_refunds`)
+	tb, err := readTables(ctx, db, prefix)
 	if err != nil {
-		return fmt.Errorf("read refunds: %w", err)
+		return err
 	}
-	for rows.Next() {
-		var id string
-		var calls int
-		if err := rows.Scan(&id, &calls); err != nil {
-			rows.Close()
-			return fmt.Errorf("read refunds: %w", err)
-		}
-		refunds[id]++
-		f.Refunds++
-		f.RefundCalls += calls
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read refunds: %w", err)
-	}
-
-	judge(w, o, events, refunds, committed, f)
+	judge(w, o, events, tb, committed, f)
 	return nil
 }
 
+// stepRun names a model step of a request in chaos_steps.
+type stepRun struct {
+	requestID string
+	ordinal   int
+}
+
+// tables are the fake services' rows the checker reads: what the side effects and the model
+// steps left behind, and the intents the relays buried.
+type tables struct {
+	refunds     map[string]int  // request id -> refund rows
+	refundCalls int             // calls the refund service took
+	steps       map[stepRun]int // model step -> executions
+	emails      map[string]int  // request id -> email rows
+	emailCalls  int             // calls the email service took
+	deadIntents []string        // ids of the buried intents, with their reasons
+}
+
+func newTables() *tables {
+	return &tables{refunds: map[string]int{}, steps: map[stepRun]int{}, emails: map[string]int{}}
+}
+
+// readTables reads the refund, email and step tables and the buried intents with plain SQL.
+func readTables(ctx context.Context, db *sql.DB, prefix string) (*tables, error) {
+	tb := newTables()
+	scan := func(what, query string, row func(id string, n int)) error {
+		rows, err := db.QueryContext(ctx, query)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", what, err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			var n int
+			if err := rows.Scan(&id, &n); err != nil {
+				return fmt.Errorf("read %s: %w", what, err)
+			}
+			row(id, n)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("read %s: %w", what, err)
+		}
+		return nil
+	}
+	var steps []stepRun
+	var runs []int
+	for _, q := range []struct {
+		what, query string
+		row         func(id string, n int)
+	}{
+		{"refunds", `SELECT request_id, calls FROM ` + prefix + `chaos_refunds`, func(id string, n int) {
+			tb.refunds[id]++
+			tb.refundCalls += n
+		}},
+		{"emails", `SELECT request_id, calls FROM ` + prefix + `chaos_emails`, func(id string, n int) {
+			tb.emails[id]++
+			tb.emailCalls += n
+		}},
+		{"model steps", `SELECT request_id || '#' || ordinal, runs FROM ` + prefix + `chaos_steps`, func(id string, n int) {
+			i := strings.LastIndexByte(id, '#')
+			var ord int
+			_, _ = fmt.Sscan(id[i+1:], &ord)
+			steps, runs = append(steps, stepRun{id[:i], ord}), append(runs, n)
+		}},
+		{"buried intents", `SELECT id || ': ' || reason, attempts FROM ` + prefix + `outbox WHERE status = 'dead' ORDER BY id`, func(id string, n int) {
+			tb.deadIntents = append(tb.deadIntents, fmt.Sprintf("%s (%d attempts)", id, n))
+		}},
+	} {
+		if err := scan(q.what, q.query, q.row); err != nil {
+			return nil, err
+		}
+	}
+	for i, s := range steps {
+		tb.steps[s] = runs[i]
+	}
+	return tb, nil
+}
+
 // judge fills in f's checks from what was read: the outcomes on the topics, the events of
-// every session (by conversation, oldest first) and the refund rows per request id. With
+// every session (by conversation, oldest first) and the fake services' tables. With
 // committed (the topics were read read_committed), a request id with more than one result
-// record is a failure.
-func judge(w *workload, o *outcomes, events []turnRow, refunds map[string]int, committed bool, f *Figures) {
+// record is a failure. f's fault counts must be set: they bound the extra model steps.
+func judge(w *workload, o *outcomes, events []turnRow, tb *tables, committed bool, f *Figures) {
 	var lost, dup, order, miss, sideDup, validDead, foreign, noRefund, noOutcome, served, noReason, dupResults, memberFails problems
+	var extra, noSteps, emailNoCommit, commitNoEmail, deadIntents, pending problems
 	turns, replies := histories(events, w, &order, &miss, &foreign)
 	for id, n := range turns {
 		f.Turns += n
@@ -300,10 +393,44 @@ func judge(w *workload, o *outcomes, events []turnRow, refunds map[string]int, c
 			dup.add("request %s: %d turns in its session", id, n)
 		}
 	}
-	for id, n := range refunds {
+	f.Refunds, f.RefundCalls = 0, tb.refundCalls
+	for id, n := range tb.refunds {
+		f.Refunds += n
 		if n > 1 {
 			sideDup.add("request %s: %d refunds", id, n)
 		}
+	}
+	f.Emails, f.EmailRedeliveries = 0, 0
+	for id, n := range tb.emails {
+		f.Emails += n
+		if n > 1 {
+			sideDup.add("request %s: %d emails (under as many keys)", id, n)
+		}
+		if turns[id] == 0 {
+			it := w.byID[id]
+			emailNoCommit.add("request %s (%s of %s): an email and no committed turn", id, it.kind, it.conv)
+		}
+	}
+	f.EmailRedeliveries = tb.emailCalls - f.Emails
+	f.ModelSteps, f.ExtraModelSteps = 0, 0
+	for s, runs := range tb.steps {
+		f.ModelSteps += runs
+		if runs > 1 {
+			f.ExtraModelSteps += runs - 1
+			extra.add("request %s: model step %d ran %d times", s.requestID, s.ordinal, runs)
+		}
+	}
+	var overBound problems // one failure, whose figure is ExtraModelSteps
+	if bound := f.ExtraBound(); f.ExtraModelSteps > bound {
+		overBound.add("%d extra executions, more than the %d kills, poison exits, SIGTERMs and killed connections: %s",
+			f.ExtraModelSteps, bound, strings.Join(extra.examples, "; "))
+	}
+	for _, id := range tb.deadIntents {
+		deadIntents.add("%s", id)
+	}
+	f.DeadIntents = deadIntents.n
+	if f.PendingIntents > 0 {
+		pending.add("%d intents still pending after the checker's relay ran for %s", f.PendingIntents, tailTimeout)
 	}
 	for _, it := range w.order {
 		texts := o.results[it.id]
@@ -342,14 +469,26 @@ func judge(w *workload, o *outcomes, events []turnRow, refunds map[string]int, c
 				break
 			}
 		}
-		if turns[it.id] > 0 && refunds[it.id] == 0 {
+		if turns[it.id] == 0 {
+			continue
+		}
+		if tb.refunds[it.id] == 0 {
 			noRefund.add("request %s: a turn but no refund", it.id)
+		}
+		if tb.emails[it.id] == 0 {
+			commitNoEmail.add("request %s (%s #%d): a committed turn and no email", it.id, it.conv, it.n)
+		}
+		for _, ord := range modelOrdinals {
+			if tb.steps[stepRun{it.id, ord}] == 0 {
+				noSteps.add("request %s: a turn and no execution of its model step %d", it.id, ord)
+			}
 		}
 	}
 
 	f.Lost, f.DuplicateTurns, f.OrderViolations, f.ContextMisses = lost.n, dup.n, order.n, miss.n
 	f.DuplicateSideEffects, f.ValidDeadLetters = sideDup.n, validDead.n
 	f.NoOutcome, f.DuplicateResults = noOutcome.n, dupResults.n
+	f.EmailsWithoutCommit, f.CommittedWithoutEmail = emailNoCommit.n, commitNoEmail.n
 	if !committed {
 		dupResults = problems{} // republished results are expected: readers dedup on the request id
 	}
@@ -359,7 +498,7 @@ func judge(w *workload, o *outcomes, events []turnRow, refunds map[string]int, c
 	if f.MemberFails > 0 {
 		memberFails.add("%d member or worker exits the run did not cause (a panic, an error from Run: see the logs)", f.MemberFails)
 	}
-	f.Other = foreign.n + noRefund.n + o.strayResults.n + o.strayDead.n + served.n + noReason.n + memberFails.n
+	f.Other = foreign.n + noRefund.n + o.strayResults.n + o.strayDead.n + served.n + noReason.n + memberFails.n + noSteps.n
 	for _, c := range []struct {
 		name string
 		p    *problems
@@ -371,6 +510,9 @@ func judge(w *workload, o *outcomes, events []turnRow, refunds map[string]int, c
 		{"records with no outcome", &noOutcome}, {"expected dead letters served", &served},
 		{"dead letters without a reason", &noReason}, {"duplicate committed results", &dupResults},
 		{"members that died by themselves", &memberFails},
+		{"extra model steps past the bound", &overBound}, {"turns without their model steps", &noSteps},
+		{"emails without a committed turn", &emailNoCommit}, {"committed turns without their email", &commitNoEmail},
+		{"buried intents", &deadIntents}, {"intents left pending", &pending},
 	} {
 		if c.p.n > 0 {
 			f.Failures = append(f.Failures, fmt.Sprintf("%s: %d (%s)", c.name, c.p.n, strings.Join(c.p.examples, "; ")))

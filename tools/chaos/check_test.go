@@ -15,13 +15,15 @@ import (
 
 // served is a run in which every record got the outcome it should: each valid request a
 // result and a turn in its conversation's history with the reply the model gives, each
-// poison and invalid record a dead letter, each turn one refund.
+// poison and invalid record a dead letter, each turn one refund, one email and one execution
+// of each model step.
 type served struct {
 	committed bool
 	w         *workload
 	o         *outcomes
 	events    []turnRow
-	refunds   map[string]int
+	tb        *tables
+	fig       Figures // the figures judge starts from: the faults of the run
 }
 
 func newServed(t *testing.T) *served {
@@ -29,13 +31,18 @@ func newServed(t *testing.T) *served {
 	cfg := Config{Cell: CellTemporal, Requests: 40, Conversations: 8, Invalid: 3, Poison: 1, Strangers: 1, Panics: 1, Limited: 1}
 	w, err := newWorkload(rand.New(rand.NewPCG(1, 2)), cfg)
 	require.NoError(t, err)
-	s := &served{w: w, o: newOutcomes(w), refunds: map[string]int{}}
+	s := &served{w: w, o: newOutcomes(w), tb: newTables()}
 	byConv := map[string][]item{}
 	for _, it := range w.order {
 		switch it.kind {
 		case kindValid:
 			byConv[it.conv] = append(byConv[it.conv], it)
-			s.refunds[it.id] = 1
+			s.tb.refunds[it.id], s.tb.emails[it.id] = 1, 1
+			s.tb.refundCalls++
+			s.tb.emailCalls++
+			for _, ord := range modelOrdinals {
+				s.tb.steps[stepRun{it.id, ord}] = 1
+			}
 		case kindInvalid:
 			s.o.addDead(&kgo.Record{Value: it.value, Headers: []kgo.RecordHeader{{Key: "reason", Value: []byte("broken JSON")}}})
 		default:
@@ -64,8 +71,9 @@ func convName(c int) string { return fmt.Sprintf("conv-%03d", c+1) }
 func quote(s string) string { return strconv.Quote(s) }
 
 func (s *served) judge() *Figures {
-	f := &Figures{}
-	judge(s.w, s.o, s.events, s.refunds, s.committed, f)
+	f := new(Figures)
+	*f = s.fig
+	judge(s.w, s.o, s.events, s.tb, s.committed, f)
 	return f
 }
 
@@ -87,6 +95,10 @@ func TestJudgePassesARunThatServedEverything(t *testing.T) {
 	require.Empty(t, f.Failures)
 	require.Equal(t, 40, f.Turns)
 	require.Equal(t, 3+1+1+3+1, f.DeadLetters, "invalid, poison, stranger, three panicking, always limited")
+	require.Equal(t, 40, f.Emails)
+	require.Equal(t, 80, f.ModelSteps)
+	require.Zero(t, f.ExtraModelSteps)
+	require.Zero(t, f.EmailRedeliveries)
 	for _, k := range kinds {
 		require.Positive(t, s.w.count(k), "the workload has a record of kind %s", k)
 	}
@@ -174,8 +186,45 @@ func TestJudgeFindsEachFault(t *testing.T) {
 			figure: func(f *Figures) int { return f.ContextMisses },
 		},
 		"two refunds of one request": {
-			break_: func(s *served) { s.refunds[s.validIDs()[7]] = 2 },
+			break_: func(s *served) { s.tb.refunds[s.validIDs()[7]] = 2 },
 			figure: func(f *Figures) int { return f.DuplicateSideEffects },
+		},
+		"two emails of one request": {
+			break_: func(s *served) { s.tb.emails[s.validIDs()[7]] = 2 },
+			figure: func(f *Figures) int { return f.DuplicateSideEffects },
+		},
+		"an email of a request whose turn never committed": {
+			// A panicking store's request deferred its email and was dead-lettered.
+			break_: func(s *served) { s.tb.emails[s.byKind(kindPanicStore)] = 1 },
+			figure: func(f *Figures) int { return f.EmailsWithoutCommit },
+		},
+		"a committed turn without its email": {
+			break_: func(s *served) { delete(s.tb.emails, s.validIDs()[6]) },
+			figure: func(f *Figures) int { return f.CommittedWithoutEmail },
+		},
+		"a buried intent": {
+			break_: func(s *served) { s.tb.deadIntents = append(s.tb.deadIntents, "key#3: permanent: no (1 attempts)") },
+			figure: func(f *Figures) int { return f.DeadIntents },
+		},
+		"an intent left pending": {
+			break_: func(s *served) { s.fig.PendingIntents = 1 },
+			figure: func(f *Figures) int { return f.PendingIntents },
+		},
+		"a model step run again with no fault to explain it": {
+			break_: func(s *served) { s.tb.steps[stepRun{s.validIDs()[2], 4}] = 2 },
+			figure: func(f *Figures) int { return f.ExtraModelSteps },
+		},
+		"model steps run again more often than the faults": {
+			break_: func(s *served) {
+				s.fig.Kills, s.fig.ConnsKilled = 1, 1
+				s.tb.steps[stepRun{s.validIDs()[2], 1}] = 3
+				s.tb.steps[stepRun{s.validIDs()[3], 4}] = 2
+			},
+			figure: func(f *Figures) int { return f.ExtraModelSteps - 2 },
+		},
+		"a turn without its model step": {
+			break_: func(s *served) { delete(s.tb.steps, stepRun{s.validIDs()[8], 1}) },
+			figure: func(f *Figures) int { return f.Other },
 		},
 		"a valid request dead-lettered": {
 			break_: func(s *served) {
@@ -227,6 +276,28 @@ func TestJudgeFindsEachFault(t *testing.T) {
 			require.False(t, f.OK())
 		})
 	}
+}
+
+// What the faults explain passes: extra model steps up to the kills, poison exits, SIGTERMs
+// and killed connections, and an email delivered again (the relay's at least once).
+func TestJudgeAllowsWhatTheFaultsExplain(t *testing.T) {
+	t.Parallel()
+	s := newServed(t)
+	s.fig.Kills, s.fig.WorkerKills, s.fig.Crashes, s.fig.Terms, s.fig.ConnsKilled = 1, 1, 1, 1, 1
+	ids := s.validIDs()
+	s.tb.steps[stepRun{ids[0], 1}] = 2
+	s.tb.steps[stepRun{ids[1], 4}] = 3
+	s.tb.steps[stepRun{ids[2], 4}] = 2
+	s.tb.steps[stepRun{ids[3], 1}] = 2
+	s.tb.emailCalls += 3
+	f := s.judge()
+	require.Empty(t, f.Failures)
+	require.Equal(t, 5, f.ExtraBound())
+	require.Equal(t, 5, f.ExtraModelSteps)
+	require.Equal(t, 85, f.ModelSteps)
+	require.Equal(t, 3, f.EmailRedeliveries)
+	require.Contains(t, f.Line(), "extra_model_steps=5 (bound 5)")
+	require.Contains(t, f.Line(), "email_redeliveries=3")
 }
 
 func TestWorkloadKeepsEachConversationsOrder(t *testing.T) {

@@ -134,8 +134,9 @@ func openStores(a childArgs) (*memberStores, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
-	// The stores' calls plus the model's refunds, which run while a turn holds no connection.
-	db.SetMaxOpenConns(a.MaxInFlight + 4)
+	// The stores' calls plus the model's steps, which run while a turn holds no connection,
+	// and the relay's claims and deliveries.
+	db.SetMaxOpenConns(a.MaxInFlight + 8)
 	sessions, err := sqlsession.New(db, sqlsession.PostgreSQL, sqlsession.Options{TablePrefix: a.Prefix, Concurrency: a.MaxInFlight})
 	if err != nil {
 		db.Close()
@@ -164,7 +165,8 @@ func newRunner(a childArgs, st *memberStores, log *slog.Logger) *turn.Runner {
 }
 
 // runMember is a host's main.go: in direct mode a turn.Runner with the fake model on the
-// PostgreSQL stores behind a consumer.Consumer, in Temporal mode the workflow bridge behind
+// PostgreSQL stores behind a consumer.Consumer, with an inbox.Relay delivering the turns'
+// deferred emails, in Temporal mode the workflow bridge behind
 // it (with a Handler decorator that panics on the requests of kindPanicHandler), configured
 // as the cell says, until SIGTERM (drain, commit, leave) or a kill.
 func runMember(a childArgs) int {
@@ -218,6 +220,11 @@ func runMember(a childArgs) int {
 		}
 		defer st.db.Close()
 		h = consumer.RunnerHandler(newRunner(a, st, log))
+		// The relay runs until the consumer has drained (deferred calls run last first: it
+		// is stopped and waited for before the database closes).
+		relayCtx, stopRelay := context.WithCancel(context.Background())
+		defer runRelay(relayCtx, emailRelay(st.db, st.inbox, a.Prefix, log), log)()
+		defer stopRelay()
 	}
 	c, err := consumer.New(cfg, h)
 	if err != nil {
@@ -234,8 +241,8 @@ func runMember(a childArgs) int {
 }
 
 // runWorker is a Temporal worker of the conversation workflows (CellTemporal): the Runner of
-// direct mode, publishing results and dead letters with workflow.KafkaPublisher, until
-// SIGTERM or a kill.
+// direct mode and its relay, publishing results and dead letters with
+// workflow.KafkaPublisher, until SIGTERM or a kill.
 func runWorker(a childArgs) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("worker", a.Name)
 	st, err := openStores(a)
@@ -257,6 +264,10 @@ func runWorker(a childArgs) int {
 	}
 	defer pub.Close()
 	runner := newRunner(a, st, log)
+	// The activities run the Runner here, so the relay runs here too, until the worker stopped.
+	relayCtx, stopRelay := context.WithCancel(context.Background())
+	defer runRelay(relayCtx, emailRelay(st.db, st.inbox, a.Prefix, log), log)()
+	defer stopRelay()
 	// Start checks the namespace with the server, which may be restarting (a fault of the
 	// run): try again for a minute, as an orchestrator's restarts would.
 	var wk tworker.Worker

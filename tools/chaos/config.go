@@ -63,7 +63,8 @@ type Config struct {
 	TemporalCLI string
 	// Exe is the program run as the broker and as each member; it must call ChildMain first.
 	Exe string
-	// DSN is the PostgreSQL database of the stores and the refund table.
+	// DSN is the PostgreSQL database of the stores and of the fake services' tables (refunds,
+	// emails, model step executions).
 	DSN string
 	// Dir holds the broker's data directory and the processes' logs; Run creates it if needed.
 	Dir string
@@ -111,8 +112,8 @@ type Config struct {
 
 	// BurstLength is how long a 429 burst lasts.
 	BurstLength time.Duration
-	// SlowShare and FailShare are the shares of requests whose model call is slow (up to
-	// SlowMax) and whose first attempt fails after its side effect.
+	// SlowShare and FailShare are the shares of requests whose first model step is slow (up
+	// to SlowMax) and whose refund step fails on their first attempt, after the refund.
 	SlowShare, FailShare float64
 	SlowMax              time.Duration
 	// MaxInFlight is each member's consumer.Config.MaxInFlight; its database pool is sized

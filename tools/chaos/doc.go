@@ -42,18 +42,42 @@
 //   - in Temporal mode, kill -9 of a worker ([Config.WorkerKills]) and a restart of the dev
 //     server on its database file ([Config.ServerRestarts]).
 //
-// The fake model adds slow turns (a seeded share of requests sleeps up to a few seconds) and
-// model failures (a seeded share fails its first attempt after its side effect). Its side
-// effect is a refund recorded in a PostgreSQL table keyed by the tool's idempotency key
-// (turn.Input.ToolKey, turn.ToolKey), the way a payment API dedups; its answer quotes the
-// last user message of the history it was given, which is how a context miss shows.
+// # The agent
+//
+// The fake model is a three-step agent on the turn's step journal (turn.Input.Journal):
+//
+//  1. "model": the plan. A seeded share of requests sleeps in it, up to a few seconds.
+//  2. "tool:refund": a refund recorded in a PostgreSQL table keyed by the step's idempotency
+//     key (turn.Step.Key), the way a payment API dedups. A seeded share of requests fails the
+//     step on their first attempt, after the refund (an HTTP 500), so the step runs again on
+//     the next attempt with the same key.
+//  3. "email", deferred (turn.Journal.Defer, arguments the conversation and the request id):
+//     the Runner promotes it to the outbox when the turn commits.
+//  4. "model": the answer, which quotes the last user message of the history it was given,
+//     which is how a context miss shows.
+//
+// Each model step counts its execution in the chaos_steps table (request id, ordinal, runs)
+// as the last thing it does before it returns, so a step cut before its end (a kill while it
+// sleeps) is no execution, and a step counted twice ran again after it had completed once: a
+// model call the journal did not save. The faults of a whole turn come before any step: a
+// 429 burst, the poison request's exit, the panicking model's panic, the always rate-limited
+// request's turn.RetryAfter.
+//
+// Every process that runs turns (a member in direct mode, a worker in Temporal mode, where
+// the activity runs the Runner) runs an inbox.Relay on its sqlinbox with a 100 ms poll and
+// a 5 s lease, delivering each intent to a fake email service: a table keyed by the intent's
+// idempotency key (turn.Intent.Key), whose calls column counts redeliveries. The relay runs
+// until its process has drained (SIGTERM) or dies with it (kill -9); an intent it had claimed
+// is claimed again by another relay once its lease ends.
 //
 // # The check
 //
 // When every request has an outcome on the topics (or the drain timeout passed), the members
-// get SIGTERM and the checker runs. It reads the results and dead-letter topics from the
-// start with a new kgo client, and the session, event and refund tables with plain SQL, and
-// counts:
+// get SIGTERM. A relay in the checker's process then delivers the outbox's tail (the intents
+// the members' relays left pending, or claimed and died with) until none is pending, for up
+// to a minute. The checker reads the results and dead-letter topics from the start with a new
+// kgo client, and the session, event, refund, email, model step and outbox tables with plain
+// SQL, and counts:
 //
 //   - lost: a valid request with no result, a result whose turn is not in its session, or a
 //     record that should have been dead-lettered and was not;
@@ -62,7 +86,23 @@
 //   - order violations: a conversation whose history holds its messages out of produced order;
 //   - context misses: a reply that does not quote the previous message of its conversation,
 //     so the model did not see an earlier turn;
-//   - duplicate side effects: a request with more than one refund row;
+//   - duplicate side effects: a request with more than one refund row, or more than one
+//     email row;
+//   - extra model steps: executions of a model step beyond one per request and step
+//     (Figures.ExtraModelSteps), which must not exceed the faults that can cut a step
+//     between its execution and its record in the journal (Figures.ExtraBound): the kill -9s
+//     of members and workers, the poison requests' exits (which kill a member like a kill -9),
+//     the SIGTERMs (a drain that cuts a turn) and the connections the database kills ended. The window is one database round trip (the count has landed, the
+//     record has not), so the figure stays far below the bound; a journal that lost a record
+//     or was not read again would repay nearly every model step of the turns that ran twice;
+//   - emails without a commit: an email row of a request with no turn in its session (an
+//     intent of a turn that never committed was delivered: a dead-lettered, invalid, poison
+//     or panicking request, the panicking store's after it deferred its email);
+//   - committed turns without their email: a valid request's turn with no email row;
+//   - dead and pending intents: an intent the relays buried, or one still pending after the
+//     tail;
+//   - email redeliveries (reported, not a failure): calls to the email service beyond one
+//     per row, the relay's at least once;
 //   - valid dead letters: a valid request (not one of the poison requests) on the dead-letter
 //     topic;
 //   - no outcome: a record with neither a result nor a dead letter;
@@ -70,7 +110,8 @@
 //     transactional cell, where the topics are read read_committed;
 //   - the other checks: an expected dead letter (invalid, stranger, panicking, always limited,
 //     poison) served or dead-lettered without a reason, a member or worker that exited by
-//     itself (a panic that killed it), a turn or result of no record produced.
+//     itself (a panic that killed it), a turn or result of no record produced, a turn with
+//     no execution counted of one of its model steps.
 //
 // Figures.Line is the one-line summary; Figures.Failures lists the checks that failed, and
 // the command's exit code follows it. RELIABILITY.md records the figures of the short and

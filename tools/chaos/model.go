@@ -65,15 +65,18 @@ func replyText(text, prev string) string {
 	return fmt.Sprintf("re %q; before it %q", text, prev)
 }
 
-// refundCall is the tool call id of the model's one side effect per turn.
-const refundCall = "refund"
-
-// model is the fake LLM of the members. Each turn issues a refund through an idempotent
-// service (a PostgreSQL table keyed by the tool key, as a payment API dedups on an
-// idempotency key), then answers by quoting the user's previous message from the history.
+// model is the fake LLM of the members: a three-step agent on the turn's step journal
+// (turn.Journal). Step 1 ("model") plans; step 2 ("tool:refund") issues a refund through an
+// idempotent service (a PostgreSQL table keyed by the step's key, as a payment API dedups on
+// an idempotency key); step 3 defers an email (Journal.Defer), which the relay delivers once
+// the turn commits; step 4 ("model") answers by quoting the user's previous message from the
+// history. Each model step counts its execution in the chaos_steps table right before it
+// returns, so a step cut before its end (a kill while it sleeps) is no execution, and one
+// counted twice ran again after it had completed once: a model call the journal did not save.
 type model struct {
 	db         *sql.DB
 	refund     string
+	ran        string
 	faults     modelFaults
 	burstUntil atomic.Int64 // Unix nanoseconds
 }
@@ -83,6 +86,8 @@ func newModel(db *sql.DB, prefix string, f modelFaults) *model {
 		db: db, faults: f,
 		refund: `INSERT INTO ` + prefix + `chaos_refunds AS r (tool_key, request_id, conversation) VALUES ($1, $2, $3)
 			ON CONFLICT (tool_key) DO UPDATE SET calls = r.calls + 1`,
+		ran: `INSERT INTO ` + prefix + `chaos_steps AS s (request_id, ordinal) VALUES ($1, $2)
+			ON CONFLICT (request_id, ordinal) DO UPDATE SET runs = s.runs + 1`,
 	}
 }
 
@@ -93,6 +98,7 @@ func (m *model) burst() {
 
 // Respond implements turn.ModelClient.
 func (m *model) Respond(ctx context.Context, in turn.Input) (turn.Output, error) {
+	// The faults of the whole turn come before any step.
 	if time.Now().UnixNano() < m.burstUntil.Load() {
 		return turn.Output{}, turn.RetryAfter(250*time.Millisecond, errors.New("HTTP 429 Too Many Requests (chaos burst)"))
 	}
@@ -105,24 +111,72 @@ func (m *model) Respond(ctx context.Context, in turn.Input) (turn.Output, error)
 		return turn.Output{}, turn.RetryAfter(100*time.Millisecond, errors.New("HTTP 429 Too Many Requests (always, for this request)"))
 	}
 	f := m.faults.fateOf(in.Request.ID)
-	if f.slow > 0 {
-		select {
-		case <-time.After(f.slow):
-		case <-ctx.Done():
-			return turn.Output{}, context.Cause(ctx)
+	j := in.Journal()
+
+	plan := j.Next("model")
+	if _, err := j.Run(ctx, plan, func(ctx context.Context, _ string) ([]byte, error) {
+		if f.slow > 0 {
+			select {
+			case <-time.After(f.slow):
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			}
 		}
+		return m.counted(ctx, in.Request.ID, plan, []byte(`{"plan":["refund","email","answer"]}`))
+	}); err != nil {
+		return turn.Output{}, err
 	}
-	if _, err := m.db.ExecContext(ctx, m.refund, in.ToolKey(refundCall), in.Request.ID, in.Request.ConversationID); err != nil {
-		if ctx.Err() != nil {
-			return turn.Output{}, context.Cause(ctx)
+
+	if _, err := j.Run(ctx, j.Next("tool:"+refundTool), func(ctx context.Context, key string) ([]byte, error) {
+		if _, err := m.db.ExecContext(ctx, m.refund, key, in.Request.ID, in.Request.ConversationID); err != nil {
+			return nil, unavailable(ctx, "refund service", err)
 		}
-		// The refund service is down (a killed connection): not the request's fault.
-		return turn.Output{}, turn.Unavailable(fmt.Errorf("refund service: %w", err))
+		if f.failFirst && in.Attempt == 1 {
+			// Not recorded: the step runs again on the next attempt, with the same key.
+			return nil, errors.New("model: HTTP 500 (chaos failure after the refund)")
+		}
+		return []byte(`{"refunded":true}`), nil
+	}); err != nil {
+		return turn.Output{}, err
 	}
-	if f.failFirst && in.Attempt == 1 {
-		return turn.Output{}, errors.New("model: HTTP 500 (chaos failure after the refund)")
+
+	if _, err := j.Defer(ctx, j.Next(emailTool), emailTool, emailArgs{Conversation: in.Request.ConversationID, RequestID: in.Request.ID}); err != nil {
+		return turn.Output{}, err
 	}
-	return turn.Output{Events: []session.Event{{Author: "assistant", Text: replyText(in.Request.Text, lastUser(in.Session.Events))}}}, nil
+
+	answer := j.Next("model")
+	reply, err := j.Run(ctx, answer, func(ctx context.Context, _ string) ([]byte, error) {
+		return m.counted(ctx, in.Request.ID, answer, []byte(replyText(in.Request.Text, lastUser(in.Session.Events))))
+	})
+	if err != nil {
+		return turn.Output{}, err
+	}
+	return turn.Output{Events: []session.Event{{Author: "assistant", Text: string(reply)}}}, nil
+}
+
+// modelOrdinals are the ordinals of the agent's model steps: the plan and the answer.
+var modelOrdinals = []int{1, 4}
+
+// refundTool names the agent's refund step ("tool:refund").
+const refundTool = "refund"
+
+// counted counts an execution of the model step s of request id and returns out: the last
+// thing a model step does, so that a step cut before it is no execution.
+func (m *model) counted(ctx context.Context, id string, s turn.Step, out []byte) ([]byte, error) {
+	if _, err := m.db.ExecContext(ctx, m.ran, id, s.Ordinal); err != nil {
+		return nil, unavailable(ctx, "model step count", err)
+	}
+	return out, nil
+}
+
+// unavailable is the error of a call to the database on behalf of a step: ctx's cause when
+// the turn's context ended, a turn.Unavailable otherwise (a killed connection is not the
+// request's fault).
+func unavailable(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return turn.Unavailable(fmt.Errorf("%s: %w", what, err))
 }
 
 // lastUser returns the text of the last user event, or "".

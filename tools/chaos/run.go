@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	mrand "math/rand/v2"
 	"net"
 	"os"
@@ -186,12 +187,33 @@ func Run(ctx context.Context, cfg Config) (*Figures, error) {
 		f.MemberFails += s.errorExits
 		s.mu.Unlock()
 	}
-	logf("members stopped; checking")
+	logf("members stopped; delivering the outbox's tail")
+	ob, err := sqlinbox.New(db, sqlinbox.PostgreSQL, sqlinbox.Options{TablePrefix: prefix, Concurrency: -1})
+	if err != nil {
+		return nil, err
+	}
+	tailLog := slog.New(slog.NewTextHandler(logfWriter(logf), &slog.HandlerOptions{Level: slog.LevelWarn})).With("relay", "checker")
+	if f.PendingIntents, err = drainOutbox(ctx, db, ob, prefix, tailTimeout, tailLog); err != nil {
+		return nil, err
+	}
+	logf("checking")
 	if err := check(ctx, &cfg, brokers, db, prefix, w, f); err != nil {
 		return nil, err
 	}
 	f.Elapsed = time.Since(began)
 	return f, nil
+}
+
+// tailTimeout bounds the checker's delivery of the intents left pending when the members
+// stopped.
+const tailTimeout = 60 * time.Second
+
+// logfWriter writes each Write as a progress line.
+type logfWriter func(format string, args ...any)
+
+func (w logfWriter) Write(p []byte) (int, error) {
+	w("%s", strings.TrimRight(string(p), "\n"))
+	return len(p), nil
 }
 
 // apply does one fault of the schedule.
@@ -285,8 +307,8 @@ func sleepUntil(ctx context.Context, t time.Time, tick <-chan time.Time, onTick 
 	}
 }
 
-// setupTables opens the database and creates the stores' and the refund table under a
-// prefix of the run's own.
+// setupTables opens the database and creates the stores' tables and the fake services' (the
+// refunds, the emails, the model steps' executions) under a prefix of the run's own.
 func setupTables(ctx context.Context, dsn string) (*sql.DB, string, error) {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
@@ -314,14 +336,29 @@ func setupTables(ctx context.Context, dsn string) (*sql.DB, string, error) {
 	if err == nil {
 		err = dedup.Migrate(ctx)
 	}
-	if err == nil {
-		// The refund service: one row per idempotency key, as a payment API keeps them.
-		_, err = db.ExecContext(ctx, `CREATE TABLE `+prefix+`chaos_refunds (
+	// The refund and email services: one row per idempotency key, as a payment or email API
+	// keeps them, with the calls it took under that key.
+	service := func(name string) string {
+		return `CREATE TABLE ` + prefix + name + ` (
 			tool_key TEXT PRIMARY KEY,
 			request_id TEXT NOT NULL,
 			conversation TEXT NOT NULL,
 			calls INTEGER NOT NULL DEFAULT 1,
-			created_at TIMESTAMPTZ NOT NULL DEFAULT now())`)
+			created_at TIMESTAMPTZ NOT NULL DEFAULT now())`
+	}
+	for _, ddl := range []string{
+		service("chaos_refunds"),
+		service("chaos_emails"),
+		// The executions of the agent's model steps, counted by the steps themselves.
+		`CREATE TABLE ` + prefix + `chaos_steps (
+			request_id TEXT NOT NULL,
+			ordinal INTEGER NOT NULL,
+			runs INTEGER NOT NULL DEFAULT 1,
+			PRIMARY KEY (request_id, ordinal))`,
+	} {
+		if err == nil {
+			_, err = db.ExecContext(ctx, ddl)
+		}
 	}
 	if err != nil {
 		dropTables(db, prefix)
