@@ -104,9 +104,14 @@ type permanentError struct{ err error }
 func (e *permanentError) Error() string { return "permanent: " + e.err.Error() }
 func (e *permanentError) Unwrap() error { return e.err }
 
+// Permanent reports true: the error satisfies interface{ Permanent() bool }, which is how
+// inbox.Relay tells a delivery it must not retry.
+func (e *permanentError) Permanent() bool { return true }
+
 // Permanent marks err as one that retrying cannot fix (a rejected prompt, a malformed
-// request): the Runner dead-letters the request at once instead of spending its attempts.
-// Permanent(nil) returns nil.
+// request): the Runner dead-letters the request at once instead of spending its attempts, and
+// an outbox relay (inbox.Relay) buries an intent whose delivery returns it, as the error
+// satisfies interface{ Permanent() bool }. Permanent(nil) returns nil.
 func Permanent(err error) error {
 	if err == nil {
 		return nil

@@ -395,3 +395,32 @@ func TestHandBuiltInputJournal(t *testing.T) {
 	require.NoError(t, err, "a hand-built Input's journal returns the intent it would record")
 	require.Equal(t, turn.Intent{Tool: "email", Args: []byte(`{"to":"u"}`), Key: st.Key}, it)
 }
+
+// An intent whose delivery fails with turn.Permanent is buried at once by the relay, not
+// retried: turn's permanent errors satisfy interface{ Permanent() bool }.
+func TestRelayBuriesTurnPermanentAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	agent := newStepAgent(0)
+	agent.names, agent.deferred = []string{"email"}, "email"
+	ib := inbox.NewMemoryInbox()
+	r := &turn.Runner{Model: agent, Sessions: session.NewMemoryStore(), Inbox: ib}
+	_, err := r.Run(ctx, newRequest("c-bury", "u-1", "mail"))
+	require.NoError(t, err)
+	settled := make(chan error, 10)
+	relay := &inbox.Relay{Outbox: ib, Poll: 10 * time.Millisecond,
+		Deliver:   func(context.Context, inbox.Intent) error { return turn.Permanent(errors.New("550 no such mailbox")) },
+		OnSettled: func(_ inbox.Intent, err error) { settled <- err },
+	}
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(ctx) }()
+	require.ErrorContains(t, <-settled, "550 no such mailbox")
+	cancel()
+	require.NoError(t, <-done)
+	dead, err := ib.Intents(context.Background(), inbox.IntentFilter{Status: inbox.IntentDead})
+	require.NoError(t, err)
+	require.Len(t, dead, 1)
+	require.Equal(t, 1, dead[0].Attempts, "buried after its first attempt")
+	require.Contains(t, dead[0].Reason, "550 no such mailbox")
+}

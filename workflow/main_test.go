@@ -40,7 +40,8 @@ func runTests(m *testing.M) int {
 	// A run takes at most serverSignalLimit signals here (10,000 by default), so that a test
 	// can reach the limit quickly.
 	srv, err := temporaldev.Start(ctx, nil, SearchAttributeTypes,
-		"--dynamic-config-value", fmt.Sprintf("history.maximumSignalsPerExecution=%d", serverSignalLimit))
+		"--dynamic-config-value", fmt.Sprintf("history.maximumSignalsPerExecution=%d", serverSignalLimit),
+		"--dynamic-config-value", "system.enableActivityEagerExecution=true")
 	cancel()
 	if err != nil {
 		dev.reason = err.Error()

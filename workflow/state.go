@@ -19,6 +19,9 @@ const (
 // Change ids of workflow.GetVersion, so that histories recorded before a change replay.
 const (
 	versionLoadState = "turnstile-load-state"
+	// versionLoadStateLocal: the State is loaded by a local activity (no activity task through
+	// the server: one dispatch and one workflow task less for every run's start).
+	versionLoadStateLocal = "turnstile-load-state-local"
 	versionIdleSave  = "turnstile-idle-save"
 	// versionStrangers: requests that cannot apply are dead-lettered, not dropped, and a
 	// request refused as another user's changes no state (issue 19).
@@ -50,6 +53,14 @@ var stateActivityOptions = twf.ActivityOptions{
 	RetryPolicy:         &temporal.RetryPolicy{InitialInterval: 200 * time.Millisecond, MaximumInterval: 10 * time.Second},
 }
 
+// localStateOptions bound LoadState run as a local activity: each try at most 10 s, retried
+// as the regular activity is until the store answers (a local activity past the workflow
+// task's timeout keeps its task alive with heartbeats, as the SDK does for long ones).
+var localStateOptions = twf.LocalActivityOptions{
+	StartToCloseTimeout: 10 * time.Second,
+	RetryPolicy:         stateActivityOptions.RetryPolicy,
+}
+
 // fresh reports whether st is what the bridge starts a conversation with: no progress carried.
 func fresh(st State) bool {
 	return st.NextSequence <= 1 && st.Applied == 0 && len(st.Recent) == 0 && len(st.Pending) == 0 && st.Overflow == 0
@@ -63,8 +74,19 @@ func (a *worker) loadState(ctx twf.Context, c *conversation) error {
 	}
 	c.loading = true
 	defer func() { c.loading = false }()
-	var saved *State
-	err := twf.ExecuteActivity(twf.WithActivityOptions(ctx, stateActivityOptions), LoadStateActivityName, c.ConversationID).Get(ctx, &saved)
+	var (
+		saved *State
+		load  twf.Future
+	)
+	// A local activity runs in this worker with no activity task through the server (a run's
+	// start is most of a short conversation's cost there); histories recorded before it load
+	// with the regular activity.
+	if twf.GetVersion(ctx, versionLoadStateLocal, twf.DefaultVersion, 1) >= 1 {
+		load = twf.ExecuteLocalActivity(twf.WithLocalActivityOptions(ctx, localStateOptions), LoadStateActivityName, c.ConversationID)
+	} else {
+		load = twf.ExecuteActivity(twf.WithActivityOptions(ctx, stateActivityOptions), LoadStateActivityName, c.ConversationID)
+	}
+	err := load.Get(ctx, &saved)
 	if err != nil || saved == nil {
 		return err
 	}

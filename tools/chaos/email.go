@@ -34,14 +34,14 @@ func emailRelay(db *sql.DB, ob inbox.Outbox, prefix string, log *slog.Logger) *i
 		Deliver: func(ctx context.Context, it inbox.Intent) error {
 			in, err := turn.DecodeIntent(it.Payload)
 			if err != nil {
-				return permanentError{err}
+				return turn.Permanent(err)
 			}
 			var a emailArgs
 			if in.Tool != emailTool {
-				return permanentError{fmt.Errorf("intent %s: tool %q, want %q", it.ID, in.Tool, emailTool)}
+				return turn.Permanent(fmt.Errorf("intent %s: tool %q, want %q", it.ID, in.Tool, emailTool))
 			}
 			if err := json.Unmarshal(in.Args, &a); err != nil || a.RequestID == "" {
-				return permanentError{fmt.Errorf("intent %s: arguments %s: %v", it.ID, in.Args, err)}
+				return turn.Permanent(fmt.Errorf("intent %s: arguments %s: %v", it.ID, in.Args, err))
 			}
 			if _, err := db.ExecContext(ctx, send, in.Key, a.RequestID, a.Conversation); err != nil {
 				return fmt.Errorf("email service: %w", err)
@@ -54,14 +54,6 @@ func emailRelay(db *sql.DB, ob inbox.Outbox, prefix string, log *slog.Logger) *i
 		Logger:  log,
 	}
 }
-
-// permanentError is a delivery error the relay buries at once (inbox.Relay's
-// interface{ Permanent() bool }): an intent the email service can never take.
-type permanentError struct{ err error }
-
-func (e permanentError) Error() string   { return "permanent: " + e.err.Error() }
-func (e permanentError) Unwrap() error   { return e.err }
-func (e permanentError) Permanent() bool { return true }
 
 // runRelay runs r until ctx ends, in a goroutine; the returned func waits for it to return.
 func runRelay(ctx context.Context, r *inbox.Relay, log *slog.Logger) (wait func()) {
