@@ -22,7 +22,7 @@ const (
 	// versionLoadStateLocal: the State is loaded by a local activity (no activity task through
 	// the server: one dispatch and one workflow task less for every run's start).
 	versionLoadStateLocal = "turnstile-load-state-local"
-	versionIdleSave  = "turnstile-idle-save"
+	versionIdleSave       = "turnstile-idle-save"
 	// versionStrangers: requests that cannot apply are dead-lettered, not dropped, and a
 	// request refused as another user's changes no state (issue 19).
 	versionStrangers = "turnstile-strangers"
