@@ -27,9 +27,10 @@ import (
 const envRecordHistories = "TURNSTILE_RECORD_HISTORIES"
 
 // recordVersion names the histories recorded by this code: v0 before the StateStore
-// (workflow.GetVersion changes turnstile-load-state and turnstile-idle-save), v1 with it.
-// Keep the older files: the workflow must replay them all.
-const recordVersion = "v1"
+// (workflow.GetVersion changes turnstile-load-state and turnstile-idle-save), v1 with it, v2
+// with the State loaded by a local activity (turnstile-load-state-local). Keep the older
+// files: the workflow must replay them all.
+const recordVersion = "v2"
 
 // replayer returns a replayer with the conversation workflow registered; beforeTurn, when not
 // nil, modifies the workflow.
