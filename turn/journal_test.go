@@ -12,8 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-go/turnstile/inbox"
+	"github.com/turnstile-go/turnstile/inbox/sqlinbox"
 	"github.com/turnstile-go/turnstile/internal/sqltest"
 	"github.com/turnstile-go/turnstile/session"
+	"github.com/turnstile-go/turnstile/session/sqlsession"
 	"github.com/turnstile-go/turnstile/turn"
 )
 
@@ -423,4 +425,45 @@ func TestRelayBuriesTurnPermanentAtOnce(t *testing.T) {
 	require.Len(t, dead, 1)
 	require.Equal(t, 1, dead[0].Attempts, "buried after its first attempt")
 	require.Contains(t, dead[0].Reason, "550 no such mailbox")
+}
+
+// With the batched SQL stores (Options.Batch: the appends of concurrent turns in one
+// transaction, joins called again when another caller's fails), each turn's deferred step is
+// promoted once, in the transaction that stores the turn.
+func TestJournalBatchedStoresPromoteOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := sqltest.SQLiteFile(t)
+	batch := sqlsession.Batching{Size: 8, Wait: 5 * time.Millisecond}
+	sessions, err := sqlsession.New(db, sqlsession.SQLite, sqlsession.Options{Batch: batch})
+	require.NoError(t, err)
+	require.NoError(t, sessions.Migrate(ctx))
+	ib, err := sqlinbox.New(db, sqlinbox.SQLite, sqlinbox.Options{Batch: batch})
+	require.NoError(t, err)
+	require.NoError(t, ib.Migrate(ctx))
+	agent := newStepAgent(0)
+	agent.names, agent.deferred = []string{"model", "email", "model"}, "email"
+	r := &turn.Runner{Model: agent, Sessions: sessions, Inbox: ib}
+	const turns = 16
+	var wg sync.WaitGroup
+	errs := make(chan error, turns)
+	for i := range turns {
+		wg.Go(func() {
+			_, err := r.Run(ctx, newRequest(fmt.Sprintf("c-batch-%d", i), "u-1", "mail"))
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	its, err := ib.Intents(ctx, inbox.IntentFilter{Status: inbox.IntentPending})
+	require.NoError(t, err)
+	require.Len(t, its, turns, "one intent per turn")
+	seen := map[string]bool{}
+	for _, it := range its {
+		require.False(t, seen[it.Conversation], it.Conversation)
+		seen[it.Conversation] = true
+	}
 }
