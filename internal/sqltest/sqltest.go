@@ -55,11 +55,19 @@ func SQLiteFileSyncNormal(t testing.TB) *sql.DB {
 }
 
 // SQLiteMemory opens a new named in-memory SQLite database with a shared cache, so that all
-// the pool's connections see it. It lives while one connection is open: the pool never closes
-// its idle connections (no idle time or lifetime is set), and the test closes it at the end.
+// the pool's connections see it. SQLite drops such a database when its last connection
+// closes, and database/sql closes a connection whose transaction a cancelled context cut
+// short (a test of cancellation may cut the pool's only one), so a second *sql.DB holds one
+// connection open until the test ends: the database lives as long as the test.
 func SQLiteMemory(t testing.TB) *sql.DB {
 	t.Helper()
-	return open(t, "sqlite", "file:mem-"+ID(t)+"?mode=memory&cache=shared&"+SQLitePragmas)
+	dsn := "file:mem-" + ID(t) + "?mode=memory&cache=shared&" + SQLitePragmas
+	anchor := open(t, "sqlite", dsn)
+	anchor.SetMaxIdleConns(1)
+	if _, err := anchor.Exec("SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+	return open(t, "sqlite", dsn)
 }
 
 func open(t testing.TB, driver, dsn string) *sql.DB {
