@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/turnstile-go/turnstile/inbox"
 )
@@ -71,12 +73,14 @@ type Journal struct {
 	maxSteps int
 	maxBytes int
 
-	mu       sync.Mutex
-	next     int
-	steps    map[int]inbox.Step // the recorded steps, loaded and recorded by this run
-	bytes    int
-	deferred bool // a deferred step is among steps
-	replayed int  // steps answered from the journal without running
+	mu            sync.Mutex
+	next          int
+	reserved      int                // places under maxSteps taken by steps running or recording now
+	reservedBytes int                // bytes of the steps recording now
+	steps         map[int]inbox.Step // the recorded steps, loaded and recorded by this run
+	bytes         int
+	deferred      bool // a deferred step is among steps
+	replayed      int  // steps answered from the journal without running
 }
 
 // newJournal returns the journal of a turn. loaded are the steps recorded before this run.
@@ -113,8 +117,14 @@ func (j *Journal) Run(ctx context.Context, s Step, fn StepFunc) ([]byte, error) 
 	if rec, ok, err := j.recorded(s, false); ok || err != nil {
 		return rec.Output, err
 	}
+	// The step's place under MaxSteps is taken before fn runs: a step past the bound must not
+	// perform its side effect (a refund, a paid model call) and then be refused.
+	if err := j.reserve(s); err != nil {
+		return nil, err
+	}
 	out, err := fn(ctx, s.Key)
 	if err != nil {
+		j.release(0)
 		return nil, err
 	}
 	rec, err := j.record(ctx, inbox.Step{Ordinal: s.Ordinal, Name: s.Name, Output: out})
@@ -146,7 +156,9 @@ func (j *Journal) Defer(ctx context.Context, s Step, tool string, args any) (Int
 		if merr != nil {
 			return Intent{}, Permanent(fmt.Errorf("turn: defer %s: %w", s.Name, merr))
 		}
-		rec, err = j.record(ctx, inbox.Step{Ordinal: s.Ordinal, Name: s.Name, Output: data, Deferred: true})
+		if err = j.reserve(s); err == nil {
+			rec, err = j.record(ctx, inbox.Step{Ordinal: s.Ordinal, Name: s.Name, Output: data, Deferred: true})
+		}
 	}
 	if err != nil {
 		return Intent{}, err
@@ -155,8 +167,13 @@ func (j *Journal) Defer(ctx context.Context, s Step, tool string, args any) (Int
 }
 
 // recorded returns the step recorded at s.Ordinal, if any: ok when it matches s (name and
-// kind), a permanent mismatch error when it does not.
+// kind), a permanent mismatch error when it does not, and a permanent error for a step
+// name a SQL inbox could not store as it is (invalid UTF-8, a NUL), which would mismatch
+// itself on the next run.
 func (j *Journal) recorded(s Step, deferred bool) (inbox.Step, bool, error) {
+	if !utf8.ValidString(s.Name) || strings.ContainsRune(s.Name, 0) || s.Name == "" {
+		return inbox.Step{}, false, Permanent(fmt.Errorf("%w: step %d's name %q is empty or not valid UTF-8 text (a NUL or invalid bytes)", inbox.ErrInvalid, s.Ordinal, s.Name))
+	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	rec, ok := j.steps[s.Ordinal]
@@ -164,15 +181,36 @@ func (j *Journal) recorded(s Step, deferred bool) (inbox.Step, bool, error) {
 	case !ok:
 		return inbox.Step{}, false, nil
 	case rec.Name != s.Name || rec.Deferred != deferred:
-		return inbox.Step{}, false, j.mismatch(s, rec)
+		return inbox.Step{}, false, j.mismatch(s, deferred, rec)
 	}
 	j.replayed++
 	return rec, true, nil
 }
 
-func (j *Journal) mismatch(s Step, rec inbox.Step) error {
+func (j *Journal) mismatch(s Step, deferred bool, rec inbox.Step) error {
 	return Permanent(fmt.Errorf("%w: step %d is %q in the journal and %q in this run (did the agent change since the request's last run? re-drive the request to run its steps afresh)",
-		inbox.ErrStepMismatch, s.Ordinal, kindName(rec.Name, rec.Deferred), kindName(s.Name, false)))
+		inbox.ErrStepMismatch, s.Ordinal, kindName(rec.Name, rec.Deferred), kindName(s.Name, deferred)))
+}
+
+// reserve takes a place for step s under MaxSteps before it runs, so that steps run at once
+// (parallel tool calls) cannot pass the bound together. record, or release on a failure,
+// gives the place back.
+func (j *Journal) reserve(s Step) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if n := len(j.steps) + j.reserved + 1; n > j.maxSteps {
+		return Permanent(fmt.Errorf("%w: step %d (%s) is past the bound of %d steps a turn (Runner.MaxSteps)", ErrJournalFull, s.Ordinal, s.Name, j.maxSteps))
+	}
+	j.reserved++
+	return nil
+}
+
+// release gives back a reserved place and bytes reserved bytes.
+func (j *Journal) release(bytes int) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.reserved--
+	j.reservedBytes -= bytes
 }
 
 func kindName(name string, deferred bool) string {
@@ -182,30 +220,37 @@ func kindName(name string, deferred bool) string {
 	return name
 }
 
-// record checks the bounds and stores s, returning the step the journal holds at its ordinal.
+// record stores s, whose place reserve took, within the byte bound (checked with the bytes
+// of the steps recording at the same time), and returns the step the journal holds at its
+// ordinal. The byte bound can only be checked once the step ran: a step whose output takes
+// the journal past MaxJournalBytes has had its effect.
 func (j *Journal) record(ctx context.Context, s inbox.Step) (inbox.Step, error) {
 	j.mu.Lock()
-	n, size := len(j.steps)+1, j.bytes+len(s.Output)
-	j.mu.Unlock()
-	switch {
-	case n > j.maxSteps:
-		return inbox.Step{}, Permanent(fmt.Errorf("%w: step %d (%s) is past the bound of %d steps a turn (Runner.MaxSteps)", ErrJournalFull, s.Ordinal, s.Name, j.maxSteps))
-	case size > j.maxBytes:
+	size := j.bytes + j.reservedBytes + len(s.Output)
+	if size > j.maxBytes {
+		j.reserved--
+		j.mu.Unlock()
 		return inbox.Step{}, Permanent(fmt.Errorf("%w: step %d (%s) takes the journal to %d bytes, past the bound of %d (Runner.MaxJournalBytes)", ErrJournalFull, s.Ordinal, s.Name, size, j.maxBytes))
 	}
+	j.reservedBytes += len(s.Output)
+	j.mu.Unlock()
 	stored := s
 	if j.ib != nil {
 		var err error
 		stored, err = j.ib.RecordStep(ctx, j.key, s)
 		switch {
 		case errors.Is(err, inbox.ErrStepMismatch):
-			return inbox.Step{}, j.mismatch(Step{Ordinal: s.Ordinal, Name: s.Name}, stored)
+			j.release(len(s.Output))
+			return inbox.Step{}, j.mismatch(Step{Ordinal: s.Ordinal, Name: s.Name}, s.Deferred, stored)
 		case err != nil:
+			j.release(len(s.Output))
 			return inbox.Step{}, fmt.Errorf("turn: record step %d (%s): %w", s.Ordinal, s.Name, err)
 		}
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	j.reserved--
+	j.reservedBytes -= len(s.Output)
 	if _, ok := j.steps[s.Ordinal]; !ok {
 		j.steps[s.Ordinal] = stored
 		j.bytes += len(stored.Output)

@@ -100,7 +100,9 @@ func (m parallelSteps) Respond(ctx context.Context, in turn.Input) (turn.Output,
 func TestReviewParallelStepsPassMaxSteps(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	ib := &barrierInbox{MemoryInbox: inbox.NewMemoryInbox(), n: 4, all: make(chan struct{})}
+	// The barrier lets the records go once two wait: the two places MaxSteps gives (before the
+	// fix all four steps reached it and recorded).
+	ib := &barrierInbox{MemoryInbox: inbox.NewMemoryInbox(), n: 2, all: make(chan struct{})}
 	r := &turn.Runner{Model: parallelSteps{n: 4}, Sessions: session.NewMemoryStore(), Inbox: ib, MaxSteps: 2}
 	req := newRequest("c-review-parallel", "u-1", "four tools at once")
 	_, err := r.Run(ctx, req)
@@ -159,10 +161,13 @@ func TestReviewSQLStepNameMismatchesItself(t *testing.T) {
 	m := &killAfterFirst{name: "tool:lookup-caf\xe9"} // a Latin-1 name, as a host read it
 	r := &turn.Runner{Model: m, Sessions: session.NewMemoryStore(), Inbox: ib}
 	req := newRequest("c-review-name", "u-1", "look it up")
+	// The fix: such a name is refused before the step runs, the same on every inbox, with a
+	// clear permanent error, rather than stored cleaned and mismatching itself later.
 	_, err = r.Run(ctx, req)
-	require.ErrorIs(t, err, errKilled)
-	_, err = r.Run(ctx, req)
-	require.NoError(t, err, "the same step, same name, on the request's second run")
+	require.ErrorIs(t, err, inbox.ErrInvalid)
+	require.Equal(t, turn.KindPermanent, turn.Classify(err))
+	require.ErrorContains(t, err, "not valid UTF-8")
+	require.Zero(t, m.runs.Load(), "the step did not run")
 }
 
 type killAfterFirst struct {
