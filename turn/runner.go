@@ -66,7 +66,9 @@ type Runner struct {
 	// and its stack, per turn in flight (4,096 at 4,096 turns in flight). Left false, the
 	// default, a model that ignores cancellation is cut at the whole-turn deadline (its call
 	// goes on in the background and its output is dropped, G5); with InlineModel such a model
-	// holds its turn, and its conversation, until it returns. Either way an answer that comes
+	// holds its turn, and its conversation, until it returns. A model running tools
+	// (turn/agent) returns only when its tools have: with InlineModel, give every tool a
+	// context-aware call too. Either way an answer that comes
 	// after the turn's context ended is dropped, and a panic in the model fails the attempt.
 	InlineModel bool
 	// MaxSteps bounds the steps one turn records in its journal (Input.Journal); default

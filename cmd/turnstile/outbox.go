@@ -74,13 +74,14 @@ type stepJSON struct {
 	At       time.Time `json:"at"`
 }
 
-// parseNamed parses args whose first one, when not a flag, names what the command acts on
-// (the id of outbox redrive, the key of inbox steps); without it the flag name (value fl)
-// does. Errors: parse's, and a usage error naming what when neither gives it.
+// parseNamed parses args, one of which, not a flag, may name what the command acts on (the
+// id of outbox redrive, the key of inbox steps), before the flags, between them or after
+// ("--db X ID --note N", as the usage shows); without it the flag name (value fl) does.
+// Errors: parse's, and a usage error naming what when neither gives it.
 func (f *flags) parseNamed(args []string, name string, fl *string, what string) (string, error) {
 	var v string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		v, args = args[0], args[1:]
+	if i := f.firstPositional(args); i >= 0 {
+		v, args = args[i], append(append([]string(nil), args[:i]...), args[i+1:]...)
 	}
 	if err := f.parse(args); err != nil {
 		return "", err
@@ -92,6 +93,34 @@ func (f *flags) parseNamed(args []string, name string, fl *string, what string) 
 		return "", usagef("give %s (the first argument, or --%s)", what, name)
 	}
 	return v, nil
+}
+
+// firstPositional returns the index in args of the first argument that is neither a flag nor
+// a flag's value, or -1: a "-name" or "--name" without "=" takes the next argument as its
+// value unless the flag is a boolean; "--" ends the flags.
+func (f *flags) firstPositional(args []string) int {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			if i+1 < len(args) {
+				return i + 1
+			}
+			return -1
+		case !strings.HasPrefix(a, "-") || a == "-":
+			return i
+		case strings.Contains(a, "="):
+			continue
+		}
+		fl := f.Lookup(strings.TrimLeft(a, "-"))
+		if fl == nil {
+			continue // an unknown flag: parse reports it
+		}
+		if b, ok := fl.Value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
+			i++ // the flag's value
+		}
+	}
+	return -1
 }
 
 func outboxList(ctx context.Context, e *env, args []string) error {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sync/errgroup"
 
@@ -148,7 +149,7 @@ func (a *Agent) model(ctx context.Context, j *turn.Journal, n int, history []Mes
 		if len(reply.ToolCalls) == 0 && reply.Text == "" {
 			return nil, errors.New("agent: the model's reply has neither text nor tool calls")
 		}
-		normalize(&reply, n)
+		normalize(&reply, step, history)
 		data, err := json.Marshal(reply)
 		if err != nil {
 			return nil, turn.Permanent(fmt.Errorf("agent: encode the model's reply: %w", err))
@@ -165,14 +166,22 @@ func (a *Agent) model(ctx context.Context, j *turn.Journal, n int, history []Mes
 	return reply, nil
 }
 
-// normalize gives every tool call of the n-th reply an id unique in the turn (some servers
-// send none) and JSON arguments, so the reply is recorded, and sent back, as a valid message.
-func normalize(reply *Reply, n int) {
+// normalize gives every tool call of a reply an id no other call in history (this turn's
+// earlier replies and the session's) has, and JSON arguments, so the reply is recorded, and
+// sent back, as a valid message: Anthropic wants tool_use ids unique in a conversation, and
+// some servers number their calls per reply ("1", "2") or send none. A replaced id is
+// "call_" with the step key's first 12 characters and the call's index, unique across turns.
+func normalize(reply *Reply, step turn.Step, history []Message) {
 	seen := make(map[string]bool, len(reply.ToolCalls))
+	for _, m := range history {
+		for _, c := range m.ToolCalls {
+			seen[c.ID] = true
+		}
+	}
 	for k := range reply.ToolCalls {
 		c := &reply.ToolCalls[k]
 		if c.ID == "" || seen[c.ID] || !callID.MatchString(c.ID) {
-			c.ID = "call_" + strconv.Itoa(n) + "_" + strconv.Itoa(k+1)
+			c.ID = "call_" + strings.ReplaceAll(step.Key[:min(12, len(step.Key))], "-", "") + "_" + strconv.Itoa(k+1)
 		}
 		seen[c.ID] = true
 		if !json.Valid(c.Arguments) {
