@@ -322,12 +322,14 @@ func (b deadOutbox) Promote(ctx context.Context, key string, through int) (int, 
 func (b deadOutbox) Claim(ctx context.Context, n int, lease time.Duration) ([]inbox.Intent, error) {
 	return b.ob.Claim(ctx, n, lease)
 }
-func (b deadOutbox) Delivered(ctx context.Context, id string) error { return b.ob.Delivered(ctx, id) }
-func (b deadOutbox) Retry(ctx context.Context, id, reason string, at time.Time) error {
-	return b.ob.Retry(ctx, id, reason, at)
+func (b deadOutbox) Delivered(ctx context.Context, id string, attempt int) error {
+	return b.ob.Delivered(ctx, id, attempt)
 }
-func (b deadOutbox) Bury(ctx context.Context, id, reason string) error {
-	return b.ob.Bury(ctx, id, reason)
+func (b deadOutbox) Retry(ctx context.Context, id string, attempt int, reason string, at time.Time) error {
+	return b.ob.Retry(ctx, id, attempt, reason, at)
+}
+func (b deadOutbox) Bury(ctx context.Context, id string, attempt int, reason string) error {
+	return b.ob.Bury(ctx, id, attempt, reason)
 }
 func (b deadOutbox) Intents(ctx context.Context, f inbox.IntentFilter) ([]inbox.Intent, error) {
 	return b.ob.Intents(ctx, f)

@@ -97,7 +97,7 @@ func deliverAll(t *testing.T, ob inbox.Outbox, want int) {
 	require.NoError(t, err)
 	require.Len(t, claimed, want)
 	for _, it := range claimed {
-		require.NoError(t, ob.Delivered(ctx, it.ID))
+		require.NoError(t, ob.Delivered(ctx, it.ID, it.Attempts))
 	}
 	again, err := ob.Claim(ctx, 100, time.Minute)
 	require.NoError(t, err)

@@ -146,13 +146,17 @@ func (b *MemoryInbox) Claim(ctx context.Context, n int, lease time.Duration) ([]
 	return out, nil
 }
 
-// settle applies change to the pending intent id; delivered and dead intents stay as they are.
-func (b *MemoryInbox) settle(ctx context.Context, id string, change func(it *Intent, now time.Time)) error {
+// settle applies change to the pending intent id, fenced on attempt (0: unfenced); delivered
+// and dead intents stay as they are.
+func (b *MemoryInbox) settle(ctx context.Context, id string, attempt int, change func(it *Intent, now time.Time)) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if id == "" {
 		return fmt.Errorf("%w: empty intent id", ErrInvalid)
+	}
+	if attempt < 0 {
+		return fmt.Errorf("%w: intent %s: attempt %d is negative", ErrInvalid, id, attempt)
 	}
 	now := b.now().UTC()
 	o := &b.outbox
@@ -162,6 +166,9 @@ func (b *MemoryInbox) settle(ctx context.Context, id string, change func(it *Int
 	if !ok {
 		return fmt.Errorf("%w: intent %s", ErrNotFound, id)
 	}
+	if attempt != 0 && it.Attempts != attempt {
+		return fmt.Errorf("%w: intent %s: attempt %d, now at attempt %d", ErrLeaseLost, id, attempt, it.Attempts)
+	}
 	if it.Status == IntentPending {
 		change(it, now)
 		it.UpdatedAt = now
@@ -170,18 +177,18 @@ func (b *MemoryInbox) settle(ctx context.Context, id string, change func(it *Int
 }
 
 // Delivered implements Outbox; only a pending intent changes.
-func (b *MemoryInbox) Delivered(ctx context.Context, id string) error {
-	return b.settle(ctx, id, func(it *Intent, now time.Time) { it.Status, it.NextAt = IntentDelivered, now })
+func (b *MemoryInbox) Delivered(ctx context.Context, id string, attempt int) error {
+	return b.settle(ctx, id, attempt, func(it *Intent, now time.Time) { it.Status, it.NextAt = IntentDelivered, now })
 }
 
 // Retry implements Outbox; only a pending intent changes (a dead one stays dead).
-func (b *MemoryInbox) Retry(ctx context.Context, id, reason string, at time.Time) error {
-	return b.settle(ctx, id, func(it *Intent, _ time.Time) { it.Reason, it.NextAt = reason, at.UTC() })
+func (b *MemoryInbox) Retry(ctx context.Context, id string, attempt int, reason string, at time.Time) error {
+	return b.settle(ctx, id, attempt, func(it *Intent, _ time.Time) { it.Reason, it.NextAt = reason, at.UTC() })
 }
 
 // Bury implements Outbox; only a pending intent changes.
-func (b *MemoryInbox) Bury(ctx context.Context, id, reason string) error {
-	return b.settle(ctx, id, func(it *Intent, _ time.Time) { it.Status, it.Reason = IntentDead, reason })
+func (b *MemoryInbox) Bury(ctx context.Context, id string, attempt int, reason string) error {
+	return b.settle(ctx, id, attempt, func(it *Intent, _ time.Time) { it.Status, it.Reason = IntentDead, reason })
 }
 
 // Intents implements Outbox: oldest CreatedAt first, then by id.

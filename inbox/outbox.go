@@ -12,6 +12,12 @@ import (
 // (pending or delivered); it is left as it is.
 var ErrIntentNotDead = errors.New("inbox: intent is not dead")
 
+// ErrLeaseLost is returned by Outbox.Delivered, Retry and Bury fenced on an attempt that is
+// not the intent's current Attempts: the caller's claim is stale (its lease ran out and the
+// intent was claimed again since, or re-driven), so its outcome is not recorded and the
+// intent is left as it is, to the claimer that holds it now.
+var ErrLeaseLost = errors.New("inbox: intent's lease lost to a later claim")
+
 // IntentStatus is where a deferred side effect stands in the outbox.
 type IntentStatus int
 
@@ -117,14 +123,24 @@ type Outbox interface {
 	// due again at now plus lease (so an intent whose deliverer died is claimed again then).
 	// Oldest due first. Errors: ErrInvalid (n < 1, lease <= 0).
 	Claim(ctx context.Context, n int, lease time.Duration) ([]Intent, error)
-	// Delivered marks the intent delivered. Errors: ErrNotFound, ErrInvalid.
-	Delivered(ctx context.Context, id string) error
+	//
+	// Delivered, Retry and Bury settle a claimed intent, fenced on attempt: the Attempts of
+	// the Intent as Claim returned it. When attempt is not the intent's current Attempts (a
+	// later claim took it after the caller's lease ran out, or it was re-driven), the call is
+	// a no-op that returns ErrLeaseLost, so a stale claimer can neither break the lease of
+	// the one holding the intent now nor overwrite its outcome. attempt 0 settles unfenced,
+	// whatever the intent's Attempts: for operators' tools. A negative attempt is ErrInvalid.
+
+	// Delivered marks the pending intent delivered; it does nothing to a dead one. Errors:
+	// ErrLeaseLost, ErrNotFound, ErrInvalid.
+	Delivered(ctx context.Context, id string, attempt int) error
 	// Retry records a failed delivery with its reason: the intent stays pending, due at at.
-	// It does nothing to a delivered intent. Errors: ErrNotFound, ErrInvalid.
-	Retry(ctx context.Context, id, reason string, at time.Time) error
+	// It does nothing to a delivered or dead intent. Errors: ErrLeaseLost, ErrNotFound,
+	// ErrInvalid.
+	Retry(ctx context.Context, id string, attempt int, reason string, at time.Time) error
 	// Bury marks the intent dead with the reason. It does nothing to a delivered intent.
-	// Errors: ErrNotFound, ErrInvalid.
-	Bury(ctx context.Context, id, reason string) error
+	// Errors: ErrLeaseLost, ErrNotFound, ErrInvalid.
+	Bury(ctx context.Context, id string, attempt int, reason string) error
 	// Intents lists intents matching f, oldest first. Errors: ErrInvalid.
 	Intents(ctx context.Context, f IntentFilter) ([]Intent, error)
 	// RedriveIntent makes a dead intent pending and due now with no attempts spent, for an

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -48,12 +50,17 @@ type RelayBackoff struct {
 type Relay struct {
 	// Outbox is where the intents are. Required.
 	Outbox Outbox
-	// Deliver delivers one intent: the side effect of Intent.Payload. Required. It gets Run's
-	// ctx: a delivery cut by shutdown is retried after its lease. It must be safe to call
-	// from Concurrency goroutines at once.
+	// Deliver delivers one intent: the side effect of Intent.Payload. Required. Its ctx is
+	// Run's, ended also at the claim's lease (Lease after the claim): a delivery cut by
+	// shutdown is retried after its lease, and one that outlives its lease fails (and the
+	// intent is claimed again by then, so the late outcome is not recorded: ErrLeaseLost). A
+	// panic in Deliver is recovered and counts as a failed attempt (a *DeliverPanicError).
+	// It must be safe to call from Concurrency goroutines at once.
 	Deliver func(ctx context.Context, it Intent) error
 	// MaxAttempts is how many attempts an intent gets (claims, a crashed one included); after
-	// the last one fails the intent is buried with the error. Default
+	// the last one fails the intent is buried with the error, and an intent claimed past it
+	// (its last attempts ended with no outcome: a crash, or a lease that ran out) is buried
+	// without a delivery. Default
 	// DefaultRelayMaxAttempts (10); not negative.
 	MaxAttempts int
 	// Backoff is the delay before the next attempt after a failed one.
@@ -68,12 +75,14 @@ type Relay struct {
 	Poll time.Duration
 	// Concurrency is how many deliveries run at once. Default DefaultRelayConcurrency (4).
 	Concurrency int
-	// Logger gets a line per failed delivery, buried intent and failed outbox call. Default
+	// Logger gets a line per failed delivery, buried intent, failed outbox call and outcome
+	// not recorded because the intent was claimed again (ErrLeaseLost, at info). Default
 	// slog.Default().
 	Logger *slog.Logger
 	// OnSettled, when set, is called after each delivery with the intent (as claimed) and
 	// Deliver's error (nil when delivered), once the outcome is recorded (or failed to be),
-	// from the delivering goroutine: for tests and metrics.
+	// from the delivering goroutine: for tests and metrics. An intent claimed past
+	// MaxAttempts is buried with no delivery, and OnSettled gets the burial's reason.
 	OnSettled func(it Intent, err error)
 }
 
@@ -187,34 +196,102 @@ func (r *Relay) Run(ctx context.Context) error {
 	return nil
 }
 
-// deliver delivers one claimed intent and records the outcome. After shutdown (ctx ended)
-// it records nothing: the intent is delivered again after its lease.
+// deliver delivers one claimed intent and records the outcome, fenced on the claim's
+// attempt. After shutdown (ctx ended) it records nothing: the intent is delivered again after
+// its lease.
 func (r *Relay) deliver(ctx context.Context, it Intent) {
-	err := r.Deliver(ctx, it)
+	// The outcome is recorded even when ctx ends meanwhile: the delivery happened.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if it.Attempts > r.MaxAttempts {
+		// Claims past MaxAttempts: the last attempts recorded no outcome.
+		reason := fmt.Sprintf("inbox: relay: the intent's attempts ran out (claim %d of at most %d); the last ones ended with no outcome (a crash, or a lease that ran out)",
+			it.Attempts, r.MaxAttempts)
+		r.Logger.Warn("outbox intent buried", "id", it.ID, "name", it.Name, "attempts", it.Attempts, "reason", reason)
+		err := errors.New(reason)
+		r.record(it, r.Outbox.Bury(sctx, it.ID, it.Attempts, reason))
+		r.settled(it, err)
+		return
+	}
+	err := r.call(ctx, it)
 	if ctx.Err() != nil && err != nil {
 		r.settled(it, err)
 		return // cut by shutdown: the lease brings it back
 	}
-	// The outcome is recorded even when ctx ends now: the delivery happened.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
 	var perm interface{ Permanent() bool }
 	var serr error
 	switch {
 	case err == nil:
-		serr = r.Outbox.Delivered(sctx, it.ID)
+		serr = r.Outbox.Delivered(sctx, it.ID, it.Attempts)
 	case errors.As(err, &perm) && perm.Permanent(), it.Attempts >= r.MaxAttempts:
 		r.Logger.Warn("outbox intent buried", "id", it.ID, "name", it.Name, "attempts", it.Attempts, "err", err)
-		serr = r.Outbox.Bury(sctx, it.ID, err.Error())
+		serr = r.Outbox.Bury(sctx, it.ID, it.Attempts, err.Error())
 	default:
 		d := r.Backoff.delay(it.Attempts)
 		r.Logger.Info("outbox delivery failed; retrying", "id", it.ID, "name", it.Name, "attempts", it.Attempts, "retry_in", d, "err", err)
-		serr = r.Outbox.Retry(sctx, it.ID, err.Error(), time.Now().Add(d))
+		serr = r.Outbox.Retry(sctx, it.ID, it.Attempts, err.Error(), time.Now().Add(d))
 	}
-	if serr != nil {
+	r.record(it, serr)
+	r.settled(it, err)
+}
+
+// call runs Deliver with a ctx that ends at the claim's lease, and turns a panic into a
+// *DeliverPanicError.
+func (r *Relay) call(ctx context.Context, it Intent) (err error) {
+	dctx, cancel := context.WithTimeout(ctx, r.Lease)
+	defer cancel()
+	defer func() {
+		if v := recover(); v != nil {
+			err = &DeliverPanicError{Value: v, Stack: trimStack(debug.Stack())}
+		}
+	}()
+	return r.Deliver(dctx, it)
+}
+
+// record logs the error of recording a delivery's outcome, if any.
+func (r *Relay) record(it Intent, serr error) {
+	switch {
+	case serr == nil:
+	case errors.Is(serr, ErrLeaseLost):
+		r.Logger.Info("outbox: a delivery's outcome not recorded: the intent was claimed again after its lease", "id", it.ID, "attempts", it.Attempts, "err", serr)
+	default:
 		r.Logger.Warn("outbox: recording a delivery's outcome failed; it runs again after its lease", "id", it.ID, "err", serr)
 	}
-	r.settled(it, err)
+}
+
+// DeliverPanicError is the error of a Relay.Deliver that panicked: a failed attempt, retried
+// or buried like another error.
+type DeliverPanicError struct {
+	// Value is what Deliver panicked with.
+	Value any
+	// Stack is the panicking goroutine's stack, trimmed to its first frames.
+	Stack string
+}
+
+// Error returns the panic value and the stack.
+func (e *DeliverPanicError) Error() string {
+	return fmt.Sprintf("inbox: relay: Deliver panicked: %v\n%s", e.Value, e.Stack)
+}
+
+// maxPanicStack bounds DeliverPanicError.Stack, in bytes.
+const maxPanicStack = 2048
+
+// trimStack returns stack from the frame that panicked (past the goroutine header and the
+// frames of debug.Stack, the recover and the panic itself, when it finds them), cut to
+// maxPanicStack bytes.
+func trimStack(stack []byte) string {
+	lines := strings.Split(strings.TrimRight(string(stack), "\n"), "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, "panic(") && i+2 <= len(lines) {
+			lines = lines[i+2:] // the panic frame: its function line and its file line
+			break
+		}
+	}
+	s := strings.Join(lines, "\n")
+	if len(s) > maxPanicStack {
+		s = s[:maxPanicStack] + "\n..."
+	}
+	return s
 }
 
 func (r *Relay) settled(it Intent, err error) {

@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -48,4 +49,34 @@ func TestRelayBackoff(t *testing.T) {
 	require.Equal(t, DefaultRelayMaxAttempts, r.MaxAttempts)
 	require.Equal(t, DefaultRelayLease, r.Lease)
 	require.Equal(t, DefaultRelayBackoffMax, r.Backoff.Max)
+}
+
+// A panicking Deliver is a failed attempt: with one attempt, the intent is buried with the
+// panic value and the panicking frame in its reason. Deliver's ctx ends at the lease.
+func TestRelayRecoversDeliverPanic(t *testing.T) {
+	t.Parallel()
+	b, id := reviewOutbox(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var got error
+	relay := &Relay{Outbox: b, MaxAttempts: 1, Lease: time.Hour, Poll: time.Millisecond,
+		Deliver: func(dctx context.Context, _ Intent) error {
+			deadline, ok := dctx.Deadline()
+			if !ok || time.Until(deadline) > time.Hour {
+				return errors.New("Deliver's ctx does not end at the lease")
+			}
+			panic("nil map in the webhook client")
+		},
+		OnSettled: func(_ Intent, err error) { got = err; cancel() }}
+	require.NoError(t, relay.Run(ctx))
+	var pe *DeliverPanicError
+	require.ErrorAs(t, got, &pe)
+	require.Equal(t, "nil map in the webhook client", pe.Value)
+	require.Contains(t, pe.Stack, "TestRelayRecoversDeliverPanic")
+	require.NotContains(t, pe.Stack, "runtime/debug.Stack")
+	its, err := b.Intents(context.Background(), IntentFilter{})
+	require.NoError(t, err)
+	require.Equal(t, id, its[0].ID)
+	require.Equal(t, IntentDead, its[0].Status)
+	require.Contains(t, its[0].Reason, "Deliver panicked: nil map in the webhook client")
 }

@@ -70,7 +70,7 @@ func TestReviewStaleRetryBreaksAnotherClaimersLease(t *testing.T) {
 	require.Len(t, second, 1, "relay B claims the intent for an hour")
 
 	// A's delivery fails now; the relay records it with its backoff (a second).
-	require.NoError(t, b.Retry(ctx, id, "503 from the webhook", clock.now().Add(time.Second)))
+	require.ErrorIs(t, b.Retry(ctx, id, a[0].Attempts, "503 from the webhook", clock.now().Add(time.Second)), ErrLeaseLost)
 	clock.add(2 * time.Second) // well inside B's hour
 	third, err := b.Claim(ctx, 1, time.Hour)
 	require.NoError(t, err)
@@ -85,13 +85,13 @@ func TestReviewStaleBuryWinsOverTheLiveClaimersDelivery(t *testing.T) {
 	ctx := context.Background()
 	clock := &reviewClock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
 	b, id := reviewOutbox(t, clock)
-	_, err := b.Claim(ctx, 1, time.Minute) // relay A
+	a, err := b.Claim(ctx, 1, time.Minute) // relay A
 	require.NoError(t, err)
 	clock.add(2 * time.Minute)
-	_, err = b.Claim(ctx, 1, time.Hour) // relay B
+	bb, err := b.Claim(ctx, 1, time.Hour) // relay B
 	require.NoError(t, err)
-	require.NoError(t, b.Bury(ctx, id, "A: permanent 400")) // A's stale outcome
-	require.NoError(t, b.Delivered(ctx, id))                // B delivered it
+	require.ErrorIs(t, b.Bury(ctx, id, a[0].Attempts, "A: permanent 400"), ErrLeaseLost) // A's stale outcome
+	require.NoError(t, b.Delivered(ctx, id, bb[0].Attempts))                             // B delivered it
 	its, err := b.Intents(ctx, IntentFilter{})
 	require.NoError(t, err)
 	require.Equal(t, IntentDelivered, its[0].Status, "the intent was delivered by the relay that held its lease")

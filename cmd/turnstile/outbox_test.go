@@ -40,7 +40,7 @@ func TestOutboxCommands(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, 2, n)
 			dead := inbox.IntentID(key, 2)
-			require.NoError(t, ib.Bury(ctx, dead, "400: bad\naccount"))
+			require.NoError(t, ib.Bury(ctx, dead, 0, "400: bad\naccount"))
 			dbf := []string{"--db=" + d.dsn, "--table-prefix=" + prefix}
 
 			out := ok(t, append([]string{"outbox", "list"}, dbf...)...)

@@ -31,7 +31,7 @@ func TestReviewDocumentedArgumentOrderIsRefused(t *testing.T) {
 	_, err = ib.Promote(ctx, key, 0)
 	require.NoError(t, err)
 	id := inbox.IntentID(key, 1)
-	require.NoError(t, ib.Bury(ctx, id, "400"))
+	require.NoError(t, ib.Bury(ctx, id, 0, "400"))
 
 	code, _, errOut := cli(t, "inbox", "steps", "--db", d.dsn, key)
 	require.Equal(t, exitOK, code, "inbox steps as its usage shows it: %s", errOut)

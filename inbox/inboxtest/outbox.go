@@ -33,6 +33,8 @@ var outboxCases = []suite.Case[inbox.Outbox]{
 	{Name: "ClaimOldestDueFirst", Run: testClaimOrder},
 	{Name: "ConcurrentClaims", Run: testConcurrentClaims},
 	{Name: "Settle", Run: testSettle},
+	{Name: "StaleSettleIsLeaseLost", Run: testSettleStale},
+	{Name: "UnfencedSettle", Run: testSettleUnfenced},
 	{Name: "RedriveIntent", Run: testRedriveIntent},
 	{Name: "Intents", Run: testIntents},
 	{Name: "PurgeIntents", Run: testPurgeIntents},
@@ -320,7 +322,7 @@ func testClaimLease(t *testing.T, o inbox.Outbox) {
 	require.Empty(t, claimIDs(t, o, 10, time.Hour), "a claimed intent is not claimed again before its lease ends")
 
 	// An intent whose lease ends (Retry due now stands in for an hour passing) is claimed again.
-	require.NoError(t, o.Retry(context.Background(), ids[0], "relay died", time.Now().Add(-time.Second)))
+	require.NoError(t, o.Retry(context.Background(), ids[0], got[ids[0]].Attempts, "relay died", time.Now().Add(-time.Second)))
 	again := claimIDs(t, o, 10, 50*time.Millisecond)
 	require.Len(t, again, 1)
 	require.Equal(t, 2, again[ids[0]].Attempts)
@@ -336,9 +338,9 @@ const wait = time.Minute
 func testClaimOrder(t *testing.T, o inbox.Outbox) {
 	ctx := context.Background()
 	_, ids := promoted(t, o, 3)
-	require.NoError(t, o.Retry(ctx, ids[2], "x", time.Now().Add(-2*time.Hour)))
-	require.NoError(t, o.Retry(ctx, ids[0], "x", time.Now().Add(-time.Hour)))
-	require.NoError(t, o.Retry(ctx, ids[1], "x", time.Now().Add(time.Hour)))
+	require.NoError(t, o.Retry(ctx, ids[2], 0, "x", time.Now().Add(-2*time.Hour)))
+	require.NoError(t, o.Retry(ctx, ids[0], 0, "x", time.Now().Add(-time.Hour)))
+	require.NoError(t, o.Retry(ctx, ids[1], 0, "x", time.Now().Add(time.Hour)))
 	got := claimIDs(t, o, 1, time.Hour)
 	require.Contains(t, got, ids[2], "the oldest due first")
 	got = claimIDs(t, o, 5, time.Hour)
@@ -389,6 +391,7 @@ func testSettle(t *testing.T, o inbox.Outbox) {
 	ctx := context.Background()
 	_, ids := promoted(t, o, 3)
 	claimIDs(t, o, 10, time.Hour)
+	const attempt = 1 // the claim's
 	byID := func(id string) inbox.Intent {
 		t.Helper()
 		its, err := o.Intents(ctx, inbox.IntentFilter{})
@@ -403,35 +406,101 @@ func testSettle(t *testing.T, o inbox.Outbox) {
 	}
 
 	at := time.Now().Add(10 * time.Minute).UTC().Truncate(time.Second)
-	require.NoError(t, o.Retry(ctx, ids[0], "503 from the refund service", at))
+	require.NoError(t, o.Retry(ctx, ids[0], attempt, "503 from the refund service", at))
 	it := byID(ids[0])
 	require.Equal(t, inbox.IntentPending, it.Status)
 	require.Equal(t, "503 from the refund service", it.Reason)
 	require.True(t, it.NextAt.Equal(at), "NextAt %s, want %s", it.NextAt, at)
 	require.Equal(t, 1, it.Attempts)
 
-	require.NoError(t, o.Bury(ctx, ids[1], "400: bad account"))
+	require.NoError(t, o.Bury(ctx, ids[1], attempt, "400: bad account"))
 	it = byID(ids[1])
 	require.Equal(t, inbox.IntentDead, it.Status)
 	require.Equal(t, "400: bad account", it.Reason)
-	require.NoError(t, o.Retry(ctx, ids[1], "late", time.Now()))
+	require.NoError(t, o.Retry(ctx, ids[1], attempt, "late", time.Now()))
 	require.Equal(t, inbox.IntentDead, byID(ids[1]).Status, "a dead intent stays dead on Retry")
 	require.NotContains(t, claimIDs(t, o, 10, time.Hour), ids[1], "a dead intent is not claimed")
 
-	require.NoError(t, o.Delivered(ctx, ids[2]))
+	require.NoError(t, o.Delivered(ctx, ids[2], attempt))
 	require.Equal(t, inbox.IntentDelivered, byID(ids[2]).Status)
-	require.NoError(t, o.Retry(ctx, ids[2], "late", time.Now().Add(-time.Hour)))
-	require.NoError(t, o.Bury(ctx, ids[2], "late"))
-	require.NoError(t, o.Delivered(ctx, ids[2]))
+	require.NoError(t, o.Retry(ctx, ids[2], attempt, "late", time.Now().Add(-time.Hour)))
+	require.NoError(t, o.Bury(ctx, ids[2], attempt, "late"))
+	require.NoError(t, o.Delivered(ctx, ids[2], attempt))
+	require.NoError(t, o.Bury(ctx, ids[2], 0, "late, unfenced"))
 	it = byID(ids[2])
 	require.Equal(t, inbox.IntentDelivered, it.Status, "a delivered intent ignores Retry and Bury")
 	require.Empty(t, it.Reason)
 	require.NotContains(t, claimIDs(t, o, 10, time.Hour), ids[2], "a delivered intent is not claimed")
 
 	missing := inbox.IntentID("req-"+randID(t), 1)
-	require.ErrorIs(t, o.Delivered(ctx, missing), inbox.ErrNotFound)
-	require.ErrorIs(t, o.Retry(ctx, missing, "x", time.Now()), inbox.ErrNotFound)
-	require.ErrorIs(t, o.Bury(ctx, missing, "x"), inbox.ErrNotFound)
+	for _, a := range []int{0, 1} {
+		require.ErrorIs(t, o.Delivered(ctx, missing, a), inbox.ErrNotFound)
+		require.ErrorIs(t, o.Retry(ctx, missing, a, "x", time.Now()), inbox.ErrNotFound)
+		require.ErrorIs(t, o.Bury(ctx, missing, a, "x"), inbox.ErrNotFound)
+	}
+}
+
+// testSettleStale: a settle fenced on the attempt of an earlier claim (its lease ran out and
+// the intent was claimed again) is ErrLeaseLost and changes nothing, whatever the intent's
+// status.
+func testSettleStale(t *testing.T, o inbox.Outbox) {
+	ctx := context.Background()
+	_, ids := promoted(t, o, 1)
+	id := ids[0]
+	first := claimIDs(t, o, 10, time.Hour)[id]
+	require.Equal(t, 1, first.Attempts)
+	// The first claim's lease ends (Retry due in the past stands in for an hour passing).
+	require.NoError(t, o.Retry(ctx, id, first.Attempts, "lease ran out", time.Now().Add(-time.Second)))
+	second := claimIDs(t, o, 10, time.Hour)[id]
+	require.Equal(t, 2, second.Attempts)
+
+	before := intentOf(t, o, id)
+	for _, stale := range []int{first.Attempts, second.Attempts + 1} {
+		require.ErrorIs(t, o.Retry(ctx, id, stale, "stale 503", time.Now().Add(-time.Hour)), inbox.ErrLeaseLost)
+		require.ErrorIs(t, o.Bury(ctx, id, stale, "stale 400"), inbox.ErrLeaseLost)
+		require.ErrorIs(t, o.Delivered(ctx, id, stale), inbox.ErrLeaseLost)
+	}
+	after := intentOf(t, o, id)
+	require.Equal(t, inbox.IntentPending, after.Status)
+	require.Equal(t, before.Attempts, after.Attempts)
+	require.Equal(t, before.Reason, after.Reason, "a stale settle records no reason")
+	require.True(t, after.NextAt.Equal(before.NextAt), "a stale settle leaves the live lease: NextAt %s, was %s", after.NextAt, before.NextAt)
+	require.NotContains(t, claimIDs(t, o, 10, time.Hour), id, "the second claim's lease holds")
+
+	require.NoError(t, o.Delivered(ctx, id, second.Attempts), "the live claim settles")
+	require.ErrorIs(t, o.Bury(ctx, id, first.Attempts, "stale 400"), inbox.ErrLeaseLost)
+	after = intentOf(t, o, id)
+	require.Equal(t, inbox.IntentDelivered, after.Status, "a stale Bury does not undo the live claim's delivery")
+	require.Equal(t, "lease ran out", after.Reason)
+}
+
+// testSettleUnfenced: attempt 0 settles whatever the intent's attempts (operators' tools).
+func testSettleUnfenced(t *testing.T, o inbox.Outbox) {
+	ctx := context.Background()
+	_, ids := promoted(t, o, 3)
+	claimIDs(t, o, 10, time.Hour)
+	for _, id := range ids[:2] {
+		require.NoError(t, o.Retry(ctx, id, 1, "lease ran out", time.Now().Add(-time.Second)))
+	}
+	got := claimIDs(t, o, 10, time.Hour)
+	require.Len(t, got, 2)
+	require.Equal(t, 2, got[ids[0]].Attempts)
+
+	at := time.Now().Add(-time.Minute)
+	require.NoError(t, o.Retry(ctx, ids[0], 0, "operator: retry now", at))
+	it := intentOf(t, o, ids[0])
+	require.Equal(t, inbox.IntentPending, it.Status)
+	require.Equal(t, "operator: retry now", it.Reason)
+	require.Equal(t, 2, it.Attempts)
+	require.Contains(t, claimIDs(t, o, 10, time.Hour), ids[0], "due again")
+
+	require.NoError(t, o.Bury(ctx, ids[1], 0, "operator: cancelled"))
+	it = intentOf(t, o, ids[1])
+	require.Equal(t, inbox.IntentDead, it.Status)
+	require.Equal(t, "operator: cancelled", it.Reason)
+
+	require.NoError(t, o.Delivered(ctx, ids[2], 0))
+	require.Equal(t, inbox.IntentDelivered, intentOf(t, o, ids[2]).Status)
 }
 
 func testRedriveIntent(t *testing.T, o inbox.Outbox) {
@@ -440,7 +509,7 @@ func testRedriveIntent(t *testing.T, o inbox.Outbox) {
 	claimIDs(t, o, 10, time.Hour)
 	_, err := o.RedriveIntent(ctx, ids[0], "x")
 	require.ErrorIs(t, err, inbox.ErrIntentNotDead, "a pending intent")
-	require.NoError(t, o.Bury(ctx, ids[0], "attempts ran out"))
+	require.NoError(t, o.Bury(ctx, ids[0], 1, "attempts ran out"))
 	it, err := o.RedriveIntent(ctx, ids[0], "fixed the endpoint")
 	require.NoError(t, err)
 	require.Equal(t, inbox.IntentPending, it.Status)
@@ -453,7 +522,7 @@ func testRedriveIntent(t *testing.T, o inbox.Outbox) {
 	require.Contains(t, got, ids[0], "a re-driven intent is due now")
 	require.Equal(t, 1, got[ids[0]].Attempts)
 
-	require.NoError(t, o.Delivered(ctx, ids[1]))
+	require.NoError(t, o.Delivered(ctx, ids[1], 1))
 	_, err = o.RedriveIntent(ctx, ids[1], "x")
 	require.ErrorIs(t, err, inbox.ErrIntentNotDead, "a delivered intent")
 	_, err = o.RedriveIntent(ctx, inbox.IntentID("req-"+randID(t), 1), "x")
@@ -464,8 +533,8 @@ func testIntents(t *testing.T, o inbox.Outbox) {
 	ctx := context.Background()
 	a, aIDs := promoted(t, o, 3)
 	b, bIDs := promoted(t, o, 2)
-	require.NoError(t, o.Bury(ctx, aIDs[0], "x"))
-	require.NoError(t, o.Delivered(ctx, bIDs[0]))
+	require.NoError(t, o.Bury(ctx, aIDs[0], 0, "x"))
+	require.NoError(t, o.Delivered(ctx, bIDs[0], 0))
 
 	count := func(f inbox.IntentFilter) int {
 		t.Helper()
@@ -501,8 +570,8 @@ func testPurgeIntents(t *testing.T, o inbox.Outbox) {
 	ctx := context.Background()
 	d, ids := promoted(t, o, 3)
 	require.NoError(t, o.Complete(ctx, d.Key, []byte("r")))
-	require.NoError(t, o.Delivered(ctx, ids[0]))
-	require.NoError(t, o.Bury(ctx, ids[1], "x"))
+	require.NoError(t, o.Delivered(ctx, ids[0], 0))
+	require.NoError(t, o.Bury(ctx, ids[1], 0, "x"))
 
 	n, err := o.Purge(ctx, time.Now().Add(-time.Hour))
 	require.NoError(t, err)
@@ -525,9 +594,13 @@ func testOutboxInvalid(t *testing.T, o inbox.Outbox) {
 	require.ErrorIs(t, err, inbox.ErrInvalid)
 	_, err = o.Claim(ctx, 1, 0)
 	require.ErrorIs(t, err, inbox.ErrInvalid)
-	require.ErrorIs(t, o.Delivered(ctx, ""), inbox.ErrInvalid)
-	require.ErrorIs(t, o.Retry(ctx, "", "x", time.Now()), inbox.ErrInvalid)
-	require.ErrorIs(t, o.Bury(ctx, "", "x"), inbox.ErrInvalid)
+	require.ErrorIs(t, o.Delivered(ctx, "", 0), inbox.ErrInvalid)
+	require.ErrorIs(t, o.Retry(ctx, "", 0, "x", time.Now()), inbox.ErrInvalid)
+	require.ErrorIs(t, o.Bury(ctx, "", 0, "x"), inbox.ErrInvalid)
+	_, ids := promoted(t, o, 1)
+	require.ErrorIs(t, o.Delivered(ctx, ids[0], -1), inbox.ErrInvalid)
+	require.ErrorIs(t, o.Retry(ctx, ids[0], -1, "x", time.Now()), inbox.ErrInvalid)
+	require.ErrorIs(t, o.Bury(ctx, ids[0], -1, "x"), inbox.ErrInvalid)
 	_, err = o.RedriveIntent(ctx, "", "x")
 	require.ErrorIs(t, err, inbox.ErrInvalid)
 	_, err = o.Intents(ctx, inbox.IntentFilter{Limit: -1})

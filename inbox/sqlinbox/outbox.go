@@ -56,13 +56,14 @@ func buildOutboxQueries(d *sqldialect.Dialect) outboxQueries {
 			FROM {p}inbox_steps AS s JOIN {p}inbox AS i ON i.request_id = s.request_id
 			WHERE s.request_id = $1 AND s.deferred AND ($3 < 1 OR s.ordinal <= $3)
 			ON CONFLICT (id) DO NOTHING`),
-		delivered: d.Query(`UPDATE {p}outbox SET status = 'delivered', next_at = $2, updated_at = $2
-			WHERE id = $1 AND status = 'pending'`),
-		retry: d.Query(`UPDATE {p}outbox SET reason = $2, next_at = $3, updated_at = $4
-			WHERE id = $1 AND status = 'pending'`),
-		bury: d.Query(`UPDATE {p}outbox SET status = 'dead', reason = $2, updated_at = $3
-			WHERE id = $1 AND status = 'pending'`),
-		exists: d.Query(`SELECT COUNT(*) FROM {p}outbox WHERE id = $1`),
+		// The settles: $1 is the id, $2 the fencing attempt (0: unfenced).
+		delivered: d.Query(`UPDATE {p}outbox SET status = 'delivered', next_at = $3, updated_at = $3
+			WHERE id = $1 AND status = 'pending' AND ($2 = 0 OR attempts = $2)`),
+		retry: d.Query(`UPDATE {p}outbox SET reason = $3, next_at = $4, updated_at = $5
+			WHERE id = $1 AND status = 'pending' AND ($2 = 0 OR attempts = $2)`),
+		bury: d.Query(`UPDATE {p}outbox SET status = 'dead', reason = $3, updated_at = $4
+			WHERE id = $1 AND status = 'pending' AND ($2 = 0 OR attempts = $2)`),
+		exists: d.Query(`SELECT attempts FROM {p}outbox WHERE id = $1`),
 		intents: d.Query(`SELECT ` + intentCols + ` FROM {p}outbox
 			WHERE ($1 = '' OR status = $1) AND ($2 = '' OR conversation = $2)
 			ORDER BY created_at, id LIMIT $3`),
@@ -254,37 +255,46 @@ func (b *Inbox) Claim(ctx context.Context, n int, lease time.Duration) ([]inbox.
 	return out, nil
 }
 
-// Delivered implements inbox.Outbox; only a pending intent changes.
-func (b *Inbox) Delivered(ctx context.Context, id string) error {
-	return b.settle(ctx, "delivered", id, b.oq.delivered, b.d.Time(time.Now()))
+// Delivered implements inbox.Outbox in one UPDATE fenced on attempt; only a pending intent
+// changes.
+func (b *Inbox) Delivered(ctx context.Context, id string, attempt int) error {
+	return b.settle(ctx, "delivered", id, attempt, b.oq.delivered, b.d.Time(time.Now()))
 }
 
-// Retry implements inbox.Outbox; only a pending intent changes (a dead one stays dead).
-func (b *Inbox) Retry(ctx context.Context, id, reason string, at time.Time) error {
-	return b.settle(ctx, "retry", id, b.oq.retry, sqldialect.Text(reason), b.d.Time(at), b.d.Time(time.Now()))
+// Retry implements inbox.Outbox in one UPDATE fenced on attempt; only a pending intent
+// changes (a dead one stays dead).
+func (b *Inbox) Retry(ctx context.Context, id string, attempt int, reason string, at time.Time) error {
+	return b.settle(ctx, "retry", id, attempt, b.oq.retry, sqldialect.Text(reason), b.d.Time(at), b.d.Time(time.Now()))
 }
 
-// Bury implements inbox.Outbox; only a pending intent changes.
-func (b *Inbox) Bury(ctx context.Context, id, reason string) error {
-	return b.settle(ctx, "bury", id, b.oq.bury, sqldialect.Text(reason), b.d.Time(time.Now()))
+// Bury implements inbox.Outbox in one UPDATE fenced on attempt; only a pending intent
+// changes.
+func (b *Inbox) Bury(ctx context.Context, id string, attempt int, reason string) error {
+	return b.settle(ctx, "bury", id, attempt, b.oq.bury, sqldialect.Text(reason), b.d.Time(time.Now()))
 }
 
-// settle runs the UPDATE query of a pending intent (id is $1, args follow), then, when it
-// changed nothing, tells a missing intent (ErrNotFound) from a settled one (nil).
-func (b *Inbox) settle(ctx context.Context, op, id, query string, args ...any) error {
+// settle runs the UPDATE query of a pending intent fenced on attempt (id is $1, attempt $2,
+// args follow), then, only when it changed nothing, reads the intent's attempts to tell a
+// missing intent (ErrNotFound) and a stale claim (ErrLeaseLost) from a settled intent (nil).
+func (b *Inbox) settle(ctx context.Context, op, id string, attempt int, query string, args ...any) error {
 	if id == "" {
 		return fmt.Errorf("%w: empty intent id", inbox.ErrInvalid)
 	}
-	res, err := b.exec(ctx, query, append([]any{id}, args...)...)
+	if attempt < 0 {
+		return fmt.Errorf("%w: intent %s: attempt %d is negative", inbox.ErrInvalid, id, attempt)
+	}
+	res, err := b.exec(ctx, query, append([]any{id, attempt}, args...)...)
 	if err := b.changed(ctx, op, id, res, err); !errors.Is(err, errUnchanged) {
 		return err
 	}
-	var n int
-	if err := b.db.QueryRowContext(ctx, b.oq.exists, id).Scan(&n); err != nil {
-		return b.fail(ctx, op, id, err)
-	}
-	if n == 0 {
+	var attempts int
+	switch err := b.db.QueryRowContext(ctx, b.oq.exists, id).Scan(&attempts); {
+	case errors.Is(err, sql.ErrNoRows):
 		return fmt.Errorf("%w: intent %s", inbox.ErrNotFound, id)
+	case err != nil:
+		return b.fail(ctx, op, id, err)
+	case attempt != 0 && attempts != attempt:
+		return fmt.Errorf("%w: intent %s: attempt %d, now at attempt %d", inbox.ErrLeaseLost, id, attempt, attempts)
 	}
 	return nil
 }

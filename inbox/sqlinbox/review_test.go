@@ -39,7 +39,7 @@ func TestReviewStaleRetryBreaksAnotherClaimersLease(t *testing.T) {
 			second, err := b.Claim(ctx, 1, time.Hour)
 			require.NoError(t, err)
 			require.Len(t, second, 1, "relay B claims the intent for an hour")
-			require.NoError(t, b.Retry(ctx, id, "A: 503", time.Now())) // A's stale outcome, due now
+			require.ErrorIs(t, b.Retry(ctx, id, a[0].Attempts, "A: 503", time.Now()), inbox.ErrLeaseLost) // A's stale outcome, due now
 			third, err := b.Claim(ctx, 1, time.Hour)
 			require.NoError(t, err)
 			require.Empty(t, third, "relay B's lease holds for an hour: nobody else may claim %s within it", id)

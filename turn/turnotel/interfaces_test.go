@@ -58,12 +58,12 @@ func (p outboxPart) Claim(context.Context, int, time.Duration) ([]inbox.Intent, 
 	p.c.add("Claim")
 	return nil, nil
 }
-func (p outboxPart) Delivered(context.Context, string) error { p.c.add("Delivered"); return nil }
-func (p outboxPart) Retry(context.Context, string, string, time.Time) error {
+func (p outboxPart) Delivered(context.Context, string, int) error { p.c.add("Delivered"); return nil }
+func (p outboxPart) Retry(context.Context, string, int, string, time.Time) error {
 	p.c.add("Retry")
 	return nil
 }
-func (p outboxPart) Bury(context.Context, string, string) error { p.c.add("Bury"); return nil }
+func (p outboxPart) Bury(context.Context, string, int, string) error { p.c.add("Bury"); return nil }
 func (p outboxPart) Intents(context.Context, inbox.IntentFilter) ([]inbox.Intent, error) {
 	p.c.add("Intents")
 	return nil, nil
@@ -157,9 +157,9 @@ func TestWrappedInboxKeepsItsInterfaces(t *testing.T) {
 			require.NoError(t, err)
 			_, err = w.Claim(ctx, 1, time.Minute)
 			require.NoError(t, err)
-			require.NoError(t, w.Delivered(ctx, "i"))
-			require.NoError(t, w.Retry(ctx, "i", "r", time.Now()))
-			require.NoError(t, w.Bury(ctx, "i", "r"))
+			require.NoError(t, w.Delivered(ctx, "i", 1))
+			require.NoError(t, w.Retry(ctx, "i", 1, "r", time.Now()))
+			require.NoError(t, w.Bury(ctx, "i", 1, "r"))
 			_, err = w.Intents(ctx, inbox.IntentFilter{})
 			require.NoError(t, err)
 			_, err = w.RedriveIntent(ctx, "i", "n")

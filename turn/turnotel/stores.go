@@ -142,23 +142,23 @@ func (b *outboxMethods) Claim(ctx context.Context, n int, lease time.Duration) (
 	return its, err
 }
 
-func (b *outboxMethods) Delivered(ctx context.Context, id string) error {
+func (b *outboxMethods) Delivered(ctx context.Context, id string, attempt int) error {
 	ctx, span := start(ctx, b.tracer, "outbox.Delivered")
-	err := b.ob.Delivered(ctx, id)
+	err := b.ob.Delivered(ctx, id, attempt)
 	end(span, err)
 	return err
 }
 
-func (b *outboxMethods) Retry(ctx context.Context, id, reason string, at time.Time) error {
+func (b *outboxMethods) Retry(ctx context.Context, id string, attempt int, reason string, at time.Time) error {
 	ctx, span := start(ctx, b.tracer, "outbox.Retry")
-	err := b.ob.Retry(ctx, id, reason, at)
+	err := b.ob.Retry(ctx, id, attempt, reason, at)
 	end(span, err)
 	return err
 }
 
-func (b *outboxMethods) Bury(ctx context.Context, id, reason string) error {
+func (b *outboxMethods) Bury(ctx context.Context, id string, attempt int, reason string) error {
 	ctx, span := start(ctx, b.tracer, "outbox.Bury")
-	err := b.ob.Bury(ctx, id, reason)
+	err := b.ob.Bury(ctx, id, attempt, reason)
 	end(span, err)
 	return err
 }
