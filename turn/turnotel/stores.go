@@ -2,6 +2,7 @@ package turnotel
 
 import (
 	"context"
+	"errors"
 	"database/sql"
 	"time"
 
@@ -145,21 +146,21 @@ func (b *outboxMethods) Claim(ctx context.Context, n int, lease time.Duration) (
 func (b *outboxMethods) Delivered(ctx context.Context, id string, attempt int) error {
 	ctx, span := start(ctx, b.tracer, "outbox.Delivered")
 	err := b.ob.Delivered(ctx, id, attempt)
-	end(span, err)
+	end(span, settled(err))
 	return err
 }
 
 func (b *outboxMethods) Retry(ctx context.Context, id string, attempt int, reason string, at time.Time) error {
 	ctx, span := start(ctx, b.tracer, "outbox.Retry")
 	err := b.ob.Retry(ctx, id, attempt, reason, at)
-	end(span, err)
+	end(span, settled(err))
 	return err
 }
 
 func (b *outboxMethods) Bury(ctx context.Context, id string, attempt int, reason string) error {
 	ctx, span := start(ctx, b.tracer, "outbox.Bury")
 	err := b.ob.Bury(ctx, id, attempt, reason)
-	end(span, err)
+	end(span, settled(err))
 	return err
 }
 
@@ -261,5 +262,15 @@ func (b *txMethods) CompleteTx(ctx context.Context, tx inbox.SQLTx, requestID st
 	ctx, span := start(ctx, b.tracer, "inbox.Complete")
 	err := b.tx.CompleteTx(ctx, tx, requestID, result)
 	end(span, err)
+	return err
+}
+
+// settled is a relay's settle error as its span records it: inbox.ErrLeaseLost (another
+// relay claimed the intent since; nothing changed) is an outcome the relay expects, not a
+// failure.
+func settled(err error) error {
+	if errors.Is(err, inbox.ErrLeaseLost) {
+		return nil
+	}
 	return err
 }
