@@ -2,8 +2,8 @@ package turnotel
 
 import (
 	"context"
-	"errors"
 	"database/sql"
+	"errors"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
