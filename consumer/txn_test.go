@@ -121,8 +121,13 @@ func TestTxnBackToBack(t *testing.T) {
 	require.EqualValues(t, 51, e.totalCalls(), "one model call per request")
 }
 
-// finish waits for a member's Run to return (after cancelling it) and hands its error over,
-// so that the env's cleanup does not require a nil error from it.
+// crashedStopWait bounds how long a killed member (its network cut) takes to return from Run:
+// in transactional mode its abort retries until sarama runs out of brokers to try, which
+// under -race on a loaded machine took more than a minute once (CI, TestTxnKillsLeaveNoDuplicates).
+const crashedStopWait = 3 * wait
+
+// finish waits for a killed member's Run to return (after cancelling it) and hands its error
+// over, so that the env's cleanup does not require a nil error from it.
 func (m *member) finish(t *testing.T) error {
 	t.Helper()
 	m.cancel()
@@ -130,8 +135,8 @@ func (m *member) finish(t *testing.T) error {
 	case err := <-m.done:
 		close(m.done)
 		return err
-	case <-time.After(wait):
-		t.Fatalf("member did not stop within %v", wait)
+	case <-time.After(crashedStopWait):
+		t.Fatalf("member did not stop within %v", crashedStopWait)
 		return nil
 	}
 }
