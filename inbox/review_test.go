@@ -1,5 +1,9 @@
 package inbox
 
+// The TestReview tests are regression tests of the bugs a review of the step journal, the
+// outbox and the agent loop found on 2026-12-02: each comment describes a bug as it was found;
+// the test asserts the behaviour of its fix.
+
 import (
 	"context"
 	"errors"
