@@ -21,17 +21,8 @@ const StatusOverloaded = 529
 // mapError turns the SDK's error of one request into one turnstile's Classify understands.
 // ctx is the caller's context; raw is the HTTP response, when one arrived.
 func (c *Client) mapError(ctx context.Context, err error, raw *http.Response) error {
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		// The caller abandoned the turn; whatever the server said no longer matters.
-		if errors.Is(err, ctxErr) {
-			return err
-		}
-		return fmt.Errorf("%w: %w", ctxErr, err)
-	}
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		// Config.Timeout or the HTTP client's Timeout, not the caller: a failed attempt.
-		// The context error is flattened with %v so that no caller mistakes it for its own.
-		return fmt.Errorf("%w (model %s): %v", ErrTimeout, c.cfg.Model, err)
+	if mapped, ended := modelhttp.ContextEnded(ctx, err, ErrTimeout, c.cfg.Model); ended {
+		return mapped // the caller's end (abandoned), or Config.Timeout's (a failed attempt)
 	}
 	var apiErr *sdk.Error
 	if !errors.As(err, &apiErr) {

@@ -6,8 +6,10 @@ package modelhttp
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"mime"
@@ -114,4 +116,22 @@ func BodyMessage(resp *http.Response) string {
 		return string(data)
 	}
 	return ""
+}
+
+// ContextEnded maps err, a model request's error, when it is the end of a context, and
+// reports whether it was: when the caller's ctx ended, err joined with ctx's error (the caller
+// abandoned the turn, whatever the server said); when another context ended (the client's
+// Timeout, the HTTP client's), a failed attempt wrapping errTimeout, the package's ErrTimeout,
+// with the context error flattened (%v) so that no caller mistakes it for its own.
+func ContextEnded(ctx context.Context, err, errTimeout error, model string) (error, bool) {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		if errors.Is(err, ctxErr) {
+			return err, true
+		}
+		return fmt.Errorf("%w: %w", ctxErr, err), true
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return fmt.Errorf("%w (model %s): %v", errTimeout, model, err), true
+	}
+	return nil, false
 }
