@@ -85,7 +85,10 @@ type Journal struct {
 
 // newJournal returns the journal of a turn. loaded are the steps recorded before this run.
 func newJournal(ib inbox.Journal, key string, toolKey func(string) string, maxSteps, maxBytes int, loaded []inbox.Step) *Journal {
-	j := &Journal{ib: ib, key: key, toolKey: toolKey, maxSteps: maxSteps, maxBytes: maxBytes, steps: make(map[int]inbox.Step, len(loaded))}
+	j := &Journal{ib: ib, key: key, toolKey: toolKey, maxSteps: maxSteps, maxBytes: maxBytes}
+	if len(loaded) > 0 { // most turns run no step again: no map until one is recorded
+		j.steps = make(map[int]inbox.Step, len(loaded))
+	}
 	for _, s := range loaded {
 		j.steps[s.Ordinal] = s
 		j.bytes += len(s.Output)
@@ -252,6 +255,9 @@ func (j *Journal) record(ctx context.Context, s inbox.Step) (inbox.Step, error) 
 	j.reserved--
 	j.reservedBytes -= len(s.Output)
 	if _, ok := j.steps[s.Ordinal]; !ok {
+		if j.steps == nil {
+			j.steps = make(map[int]inbox.Step)
+		}
 		j.steps[s.Ordinal] = stored
 		j.bytes += len(stored.Output)
 		j.deferred = j.deferred || stored.Deferred
