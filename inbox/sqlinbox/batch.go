@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -57,14 +56,18 @@ func (b *Inbox) runBegins(ctx context.Context, calls []*beginCall) {
 
 // beginMany runs the batched Begin and returns the entries by key.
 func (b *Inbox) beginMany(ctx context.Context, calls []*beginCall) (map[string]inbox.Entry, error) {
-	args := make([]any, 0, len(calls)*beginCols+1)
+	values := make([]any, 0, len(calls)*beginCols)
 	for _, c := range calls {
 		d := c.Req
-		args = append(args, d.Key, d.Conversation, d.Topic, d.Partition, d.Offset)
+		values = append(values, d.Key, d.Conversation, d.Topic, int64(d.Partition), d.Offset)
+	}
+	args, err := b.q.beginRows.Args(values)
+	if err != nil {
+		return nil, err
 	}
 	args = append(args, b.d.Time(time.Now()))
 	got := make(map[string]inbox.Entry, len(calls))
-	err := b.d.Write(ctx, b.db, func() error {
+	err = b.d.Write(ctx, b.db, func() error {
 		rows, err := b.db.QueryContext(ctx, b.q.beginMany(len(calls)), args...)
 		if err != nil {
 			return err
@@ -85,24 +88,25 @@ func (b *Inbox) beginMany(ctx context.Context, calls []*beginCall) (map[string]i
 	return got, err
 }
 
-// beginManyQuery is the batched Begin of n deliveries: the single one's statement with n rows
-// of beginCols parameters each, and the time last.
+// beginRows are the rows of the batched Begin: one delivery each.
+func beginRows(d *sqldialect.Dialect) *sqldialect.Rows {
+	return d.Rows(sqldialect.Col{Name: "k", Type: sqldialect.ColText}, sqldialect.Col{Name: "c", Type: sqldialect.ColText},
+		sqldialect.Col{Name: "tp", Type: sqldialect.ColText}, sqldialect.Col{Name: "pt", Type: sqldialect.ColInt},
+		sqldialect.Col{Name: "o", Type: sqldialect.ColInt})
+}
+
+// beginManyQuery is the batched Begin of n deliveries (beginRows, then the time): the single
+// one's statement reading its rows from v. SQLite needs the WHERE of an INSERT ... SELECT
+// ... ON CONFLICT to tell the upsert from a join (https://www.sqlite.org/lang_upsert.html).
 func beginManyQuery(d *sqldialect.Dialect, single string) func(n int) string {
-	return func(n int) string {
-		var q strings.Builder
-		q.WriteString(`INSERT INTO {p}inbox AS i (request_id, conversation, status, attempts, deliveries,
-				reason, topic, kafka_partition, kafka_offset, created_at, updated_at) VALUES `)
-		now := "$" + strconv.Itoa(n*beginCols+1)
-		for i := range n {
-			if i > 0 {
-				q.WriteString(", ")
-			}
-			p := func(c int) string { return "$" + strconv.Itoa(i*beginCols+c) }
-			fmt.Fprintf(&q, "(%s, %s, 'in_progress', 1, 1, '', %s, %s, %s, %s, %s)", p(1), p(2), p(3), p(4), p(5), now, now)
-		}
-		_, tail, _ := strings.Cut(single, "ON CONFLICT")
-		return d.Query(q.String() + " ON CONFLICT" + tail)
-	}
+	_, tail, _ := strings.Cut(single, "ON CONFLICT")
+	return beginRows(d).Statement(func(cte string, next int) string {
+		now := fmt.Sprintf("CAST($%d AS {time})", next)
+		return `WITH ` + cte + ` INSERT INTO {p}inbox AS i (request_id, conversation, status, attempts, deliveries,
+				reason, topic, kafka_partition, kafka_offset, created_at, updated_at)
+			SELECT k, c, 'in_progress', 1, 1, '', tp, pt, o, ` + now + `, ` + now + ` FROM v WHERE true
+			ON CONFLICT` + tail
+	})
 }
 
 // completions are the completions deferred to the end of one batch transaction (see
@@ -127,9 +131,13 @@ func (b *Inbox) deferCompletion(bt *sqldialect.BatchTx, key string, result []byt
 // (the first result stays), dead is ErrDead, missing is ErrNotFound, as Complete has them.
 func (c *completions) Flush(ctx context.Context, q sqldialect.Querier) (map[int]error, error) {
 	b := c.b
-	args := make([]any, 0, 2*len(c.keys)+1)
+	values := make([]any, 0, 2*len(c.keys))
 	for i, k := range c.keys {
-		args = append(args, k, sqldialect.Bytes(c.results[i]))
+		values = append(values, k, sqldialect.Bytes(c.results[i]))
+	}
+	args, err := b.q.completeRows.Args(values)
+	if err != nil {
+		return nil, err
 	}
 	args = append(args, b.d.Time(time.Now()))
 	rows, err := q.QueryContext(ctx, b.q.completeMany(len(c.keys)), args...)
@@ -169,22 +177,18 @@ func (c *completions) Flush(ctx context.Context, q sqldialect.Querier) (map[int]
 	return failed, nil
 }
 
-// completeManyQuery is the completion of n entries in one statement: pairs of (key, result)
-// parameters, and the time last. Only entries in progress change, as in Complete.
+// completeRows are the rows of the batched completion: a key and its result each.
+func completeRows(d *sqldialect.Dialect) *sqldialect.Rows {
+	return d.Rows(sqldialect.Col{Name: "k", Type: sqldialect.ColText}, sqldialect.Col{Name: "r", Type: sqldialect.ColBytes})
+}
+
+// completeManyQuery is the completion of n entries in one statement (completeRows, then the
+// time). Only entries in progress change, as in Complete.
 func completeManyQuery(d *sqldialect.Dialect) func(n int) string {
-	return func(n int) string {
-		var q strings.Builder
-		q.WriteString(`WITH v (k, r) AS (VALUES `)
-		for i := range n {
-			if i > 0 {
-				q.WriteString(", ")
-			}
-			fmt.Fprintf(&q, "(CAST($%d AS TEXT), CAST($%d AS {bytes}))", 2*i+1, 2*i+2)
-		}
-		fmt.Fprintf(&q, `)
+	return completeRows(d).Statement(func(cte string, next int) string {
+		return fmt.Sprintf(`WITH %s
 			UPDATE {p}inbox SET status = 'done', result = v.r, updated_at = $%d
 			FROM v WHERE request_id = v.k AND status = 'in_progress'
-			RETURNING request_id`, 2*n+1)
-		return d.Query(q.String())
-	}
+			RETURNING request_id`, cte, next)
+	})
 }

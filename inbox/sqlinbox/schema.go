@@ -72,6 +72,8 @@ const (
 type queries struct {
 	begin, complete, fail, markDead, redrive, get, status, purge string
 	beginMany, completeMany                                      func(n int) string
+	// The rows of the batched statements (beginMany, completeMany).
+	beginRows, completeRows *sqldialect.Rows
 }
 
 const entryCols = `request_id, conversation, status, attempts, deliveries, result, reason, topic,
@@ -120,6 +122,7 @@ func buildQueries(d *sqldialect.Dialect) queries {
 				WHERE status IN ('done', 'dead') AND updated_at < $1
 				LIMIT $2)`),
 	}
+	q.beginRows, q.completeRows = beginRows(d), completeRows(d)
 	q.beginMany = beginManyQuery(d, q.begin)
 	q.completeMany = completeManyQuery(d)
 	return q

@@ -171,6 +171,13 @@ func NewBatcher[Req, Res any](b Batching, d *Dialect, db *sql.DB, run func(ctx c
 	return newBatcher(b, d.BatchesAtOnce(), hold, run)
 }
 
+// NewReadBatcher returns a Batcher of reads: as NewBatcher, but its batches never take a
+// SQLite writer slot (WAL readers do not wait for the writer), and up to 4 run at once on
+// either dialect.
+func NewReadBatcher[Req, Res any](b Batching, run func(ctx context.Context, calls []*Call[Req, Res])) *Batcher[Req, Res] {
+	return newBatcher(b, 4, nil, run)
+}
+
 // newBatcher is NewBatcher with at most running batches at once. hold, when not nil, is called
 // before a batch is sent and returns the context the batch runs under (its values, not its
 // end) and what to call once it ran.

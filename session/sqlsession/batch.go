@@ -137,7 +137,11 @@ func (s *Store) appendMany(ctx context.Context, calls []*appendCall) ([]appendOu
 		out[i] = appendOutcome{ap: session.Appended{Version: b.version, Events: events}, write: true}
 	}
 	for chunk := range slices.Chunk(rows, batchInsert*eventCols) {
-		if _, err := tx.ExecContext(ctx, s.q.insertEvents(len(chunk)/eventCols), chunk...); err != nil {
+		args, err := s.q.eventRows.Args(chunk)
+		if err != nil {
+			return nil, nil, err
+		}
+		if _, err := tx.ExecContext(ctx, s.q.insertMany(len(chunk)/eventCols), args...); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -172,11 +176,15 @@ func cancelled(calls []*appendCall) map[int]error {
 // bumpMany runs the batch's version bump and returns the sessions it bumped, by batchKey.
 func (s *Store) bumpMany(ctx context.Context, tx *sqldialect.Tx, calls []*appendCall) (map[string]bumped, error) {
 	now := s.d.Time(time.Now())
-	args := make([]any, 0, len(calls)*bumpCols)
+	values := make([]any, 0, len(calls)*bumpCols)
 	for _, c := range calls {
 		r := c.Req
-		args = append(args, r.key.App, r.key.Conversation, r.key.User, r.expected, int64(len(r.turn.Events)),
+		values = append(values, r.key.App, r.key.Conversation, r.key.User, r.expected, int64(len(r.turn.Events)),
 			r.turn.State != nil, sqldialect.Bytes(r.turn.State), now, r.turn.RequestID)
+	}
+	args, err := s.q.bumpRows.Args(values)
+	if err != nil {
+		return nil, err
 	}
 	rs, err := tx.QueryContext(ctx, s.q.bumpMany(len(calls)), args...)
 	if err != nil {
@@ -292,13 +300,17 @@ func (s *Store) runCreates(ctx context.Context, calls []*createCall) {
 
 // createMany runs the batched insert and returns the sessions it inserted, by batchKey.
 func (s *Store) createMany(ctx context.Context, calls []*createCall) (map[string]bool, error) {
-	args := make([]any, 0, len(calls)*createCols)
+	values := make([]any, 0, len(calls)*createCols)
 	for _, c := range calls {
 		r := c.Req
-		args = append(args, r.key.App, r.key.Conversation, r.key.User, sqldialect.Bytes(r.state), s.d.Time(r.now))
+		values = append(values, r.key.App, r.key.Conversation, r.key.User, sqldialect.Bytes(r.state), s.d.Time(r.now))
+	}
+	args, err := s.q.createRows.Args(values)
+	if err != nil {
+		return nil, err
 	}
 	inserted := make(map[string]bool, len(calls))
-	err := s.d.Write(ctx, s.db, func() error {
+	err = s.d.Write(ctx, s.db, func() error {
 		rows, err := s.db.QueryContext(ctx, s.q.createMany(len(calls)), args...)
 		if err != nil {
 			return err
@@ -314,4 +326,74 @@ func (s *Store) createMany(ctx context.Context, calls []*createCall) (map[string
 		return rows.Err()
 	})
 	return inserted, err
+}
+
+// getReq is one caller's Get in a batch.
+type getReq struct {
+	key    session.Key
+	recent int
+}
+
+type getCall = sqldialect.Call[getReq, session.Session]
+
+// runGets reads the sessions of calls in one query (getMany), each caller given its own
+// session or its own ErrNotFound or ErrOwnerMismatch. A failure that is neither retryable nor
+// the end of every caller's context is retried one call at a time, as runAppends does.
+func (s *Store) runGets(ctx context.Context, calls []*getCall) {
+	calls = sqldialect.LiveCalls(calls)
+	if len(calls) == 0 {
+		return
+	}
+	got, err := s.getMany(ctx, calls)
+	if sqldialect.RetryEachAlone(ctx, calls, err, func(ctx context.Context, c *getCall) (session.Session, error) {
+		return s.getOne(ctx, c.Req.key, c.Req.recent)
+	}) {
+		return
+	}
+	for i, c := range calls {
+		if err != nil {
+			c.Finish(session.Session{}, s.fail(ctx, "get (batched)", c.Req.key, err))
+			continue
+		}
+		c.Finish(got[i].session(c.Req.key))
+	}
+}
+
+// getMany runs the batched get and returns what it read of each call's session, by index.
+// The query's rows come in no particular order: each session's events are sorted by seq here.
+func (s *Store) getMany(ctx context.Context, calls []*getCall) ([]loaded, error) {
+	values := make([]any, 0, len(calls)*getCols)
+	for i, c := range calls {
+		values = append(values, int64(i), c.Req.key.App, c.Req.key.Conversation, c.Req.key.User, int64(c.Req.recent))
+	}
+	args, err := s.q.getRows.Args(values)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.db.QueryContext(ctx, s.q.getMany(len(calls)), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	got := make([]loaded, len(calls))
+	for rows.Next() {
+		var (
+			i int64
+			r getRow
+		)
+		if err := rows.Scan(append([]any{&i}, r.dest()...)...); err != nil {
+			return nil, err
+		}
+		if i < 0 || i >= int64(len(got)) {
+			return nil, fmt.Errorf("sqlsession: get (batched): a row for call %d of %d", i, len(got))
+		}
+		got[i].add(r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	for i := range got {
+		slices.SortFunc(got[i].out.Events, func(x, y session.Event) int { return cmp.Compare(x.Seq, y.Seq) })
+	}
+	return got, nil
 }

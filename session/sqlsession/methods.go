@@ -31,55 +31,84 @@ func (s *Store) Get(ctx context.Context, key session.Key, recent int) (session.S
 		return session.Session{}, err
 	}
 	recent = min(max(recent, 0), maxRecent)
+	if s.gets != nil {
+		return s.gets.Do(ctx, batchKey(key), getReq{key: key, recent: recent})
+	}
+	return s.getOne(ctx, key, recent)
+}
+
+// getOne is Get in a statement of its own.
+func (s *Store) getOne(ctx context.Context, key session.Key, recent int) (session.Session, error) {
 	rows, err := s.db.QueryContext(ctx, s.q.get, key.App, key.Conversation, key.User, int64(recent))
 	if err != nil {
 		return session.Session{}, s.fail(ctx, "get", key, err)
 	}
 	defer rows.Close()
-	out := session.Session{Key: key}
-	var (
-		found bool
-		owner string
-	)
+	var g loaded
 	for rows.Next() {
-		var (
-			kind                 int
-			user                 sql.NullString
-			state                []byte
-			version, count       sql.NullInt64
-			created, updated     time.Time
-			seq                  sql.NullInt64
-			id, req, author, txt sql.NullString
-			data                 []byte
-			at                   time.Time
-		)
-		err := rows.Scan(&kind, &user, &state, &version, &count,
-			sqldialect.TimeScanner{T: &created}, sqldialect.TimeScanner{T: &updated},
-			&seq, &id, &req, &author, &txt, &data, sqldialect.TimeScanner{T: &at})
-		if err != nil {
+		var r getRow
+		if err := rows.Scan(r.dest()...); err != nil {
 			return session.Session{}, s.fail(ctx, "get", key, err)
 		}
-		if kind == 0 {
-			found, owner = true, user.String
-			out.State, out.Version, out.EventCount = nilIfEmpty(state), version.Int64, count.Int64
-			out.CreatedAt, out.UpdatedAt = created, updated
-			continue
-		}
-		out.Events = append(out.Events, session.Event{
-			ID: id.String, RequestID: req.String, Seq: seq.Int64, Author: author.String,
-			Text: txt.String, Data: nilIfEmpty(data), Time: at,
-		})
+		g.add(r)
 	}
 	if err := rows.Err(); err != nil {
 		return session.Session{}, s.fail(ctx, "get", key, err)
 	}
+	return g.session(key)
+}
+
+// getRow is one row of the get query: the session's own (kind 0) or one of its events.
+type getRow struct {
+	kind                 int
+	user                 sql.NullString
+	state                []byte
+	version, count       sql.NullInt64
+	created, updated     time.Time
+	seq                  sql.NullInt64
+	id, req, author, txt sql.NullString
+	data                 []byte
+	at                   time.Time
+}
+
+// dest returns the scan destinations of the row's columns, in the get query's order.
+func (r *getRow) dest() []any {
+	return []any{&r.kind, &r.user, &r.state, &r.version, &r.count,
+		sqldialect.TimeScanner{T: &r.created}, sqldialect.TimeScanner{T: &r.updated},
+		&r.seq, &r.id, &r.req, &r.author, &r.txt, &r.data, sqldialect.TimeScanner{T: &r.at}}
+}
+
+// loaded gathers the rows of one session read by the get query.
+type loaded struct {
+	out   session.Session
+	found bool
+	owner string
+}
+
+func (g *loaded) add(r getRow) {
+	if r.kind == 0 {
+		g.found, g.owner = true, r.user.String
+		g.out.State, g.out.Version, g.out.EventCount = nilIfEmpty(r.state), r.version.Int64, r.count.Int64
+		g.out.CreatedAt, g.out.UpdatedAt = r.created, r.updated
+		return
+	}
+	g.out.Events = append(g.out.Events, session.Event{
+		ID: r.id.String, RequestID: r.req.String, Seq: r.seq.Int64, Author: r.author.String,
+		Text: r.txt.String, Data: nilIfEmpty(r.data), Time: r.at,
+	})
+}
+
+// session returns the session of key that the rows held, or why there is none: ErrNotFound,
+// ErrOwnerMismatch.
+func (g *loaded) session(key session.Key) (session.Session, error) {
 	switch {
-	case !found:
+	case !g.found:
 		return session.Session{}, fmt.Errorf("%w: session %s", session.ErrNotFound, key)
-	case owner != key.User:
+	case g.owner != key.User:
 		return session.Session{}, fmt.Errorf("%w: session %s", session.ErrOwnerMismatch, key)
 	}
-	return out, nil
+	g.out.Key = key
+	return g.out, nil
 }
 
 // Create implements session.Store. The insert is one statement that does nothing on a

@@ -1,9 +1,7 @@
 package sqlsession
 
 import (
-	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/turnstile-go/turnstile/internal/sqldialect"
 )
@@ -54,8 +52,15 @@ type queries struct {
 	get, create, owner, bump, turn, deleteSession, deleteEvents, findTurn string
 	deleteUser, deleteIdle                                                string
 	ownerID                                                               string
-	insertEvents, deleteEventsOf, bumpMany, createMany                    func(n int) string
+	insertEvents, deleteEventsOf, bumpMany, createMany, insertMany        func(n int) string
+	getMany                                                               func(n int) string
+	// The rows of the batched statements: bumpMany's, insertMany's, createMany's, getMany's.
+	bumpRows, eventRows, createRows, getRows *sqldialect.Rows
 }
+
+// getCols are the columns of one Get in the batched get: its index in the batch, the key, and
+// how many recent events it reads.
+const getCols = 5
 
 // bumpCols are the host parameters of one append in the batched bump.
 const bumpCols = 9
@@ -64,7 +69,40 @@ const bumpCols = 9
 const eventCols = 9
 
 func buildQueries(d *sqldialect.Dialect) queries {
+	text := func(name string) sqldialect.Col { return sqldialect.Col{Name: name, Type: sqldialect.ColText} }
+	integer := func(name string) sqldialect.Col { return sqldialect.Col{Name: name, Type: sqldialect.ColInt} }
+	bytes := func(name string) sqldialect.Col { return sqldialect.Col{Name: name, Type: sqldialect.ColBytes} }
+	at := func(name string) sqldialect.Col { return sqldialect.Col{Name: name, Type: sqldialect.ColTime} }
+	// The columns of bumpMany's rows are bumpCols, of createMany's createCols, of insertMany's
+	// eventCols, in this order.
+	bumpRows := d.Rows(text("a"), text("c"), text("u"), integer("x"), integer("n"),
+		sqldialect.Col{Name: "hs", Type: sqldialect.ColBool}, bytes("st"), at("t"), text("r"))
+	createRows := d.Rows(text("a"), text("c"), text("u"), bytes("st"), at("t"))
+	eventRows := d.Rows(integer("session_id"), integer("seq"), text("request_id"), integer("idx"), text("event_id"),
+		text("author"), text("body"), bytes("data"), at("at"))
+	getRows := d.Rows(integer("i"), text("a"), text("c"), text("u"), integer("n"))
 	return queries{
+		bumpRows: bumpRows, createRows: createRows, eventRows: eventRows, getRows: getRows,
+		// The batched get: get's two branches for every session of v, each row led by its
+		// call's index. A session's events are 1 to event_count without gaps (every append
+		// numbers them from the count it bumped), so its newest n are those above
+		// event_count-n: a range of the (session_id, seq) primary key, whatever the history's
+		// length.
+		getMany: getRows.Statement(func(cte string, _ int) string {
+			return `WITH ` + cte + `
+				SELECT v.i, 0 AS kind, s.user_id AS user_id, s.state AS state, s.version AS version,
+					s.event_count AS event_count, s.created_at AS created_at, s.updated_at AS updated_at,
+					CAST(NULL AS BIGINT) AS seq, CAST(NULL AS TEXT) AS event_id, CAST(NULL AS TEXT) AS request_id,
+					CAST(NULL AS TEXT) AS author, CAST(NULL AS TEXT) AS body, CAST(NULL AS {bytes}) AS data,
+					CAST(NULL AS {time}) AS at
+				FROM v JOIN {p}sessions s ON s.app = v.a AND s.conversation = v.c
+				UNION ALL
+				SELECT v.i, 1, CAST(NULL AS TEXT), CAST(NULL AS {bytes}), CAST(NULL AS BIGINT), CAST(NULL AS BIGINT),
+					CAST(NULL AS {time}), CAST(NULL AS {time}),
+					e.seq, e.event_id, e.request_id, e.author, e.body, e.data, e.at
+				FROM v JOIN {p}sessions s ON s.app = v.a AND s.conversation = v.c AND s.user_id = v.u
+				JOIN {p}events e ON e.session_id = s.id AND e.seq > s.event_count - v.n`
+		}),
 		// One query, state and the last $4 events: the join walks the (session_id, seq)
 		// primary key from event_count-$4, so its cost does not depend on the history's length.
 		// The owner check in the join keeps another user's events out of the result.
@@ -97,19 +135,13 @@ func buildQueries(d *sqldialect.Dialect) queries {
 			VALUES ($1, $2, $3, $4, 0, 0, $5, $5)
 			ON CONFLICT (app, conversation) DO NOTHING
 			RETURNING id`),
-		createMany: func(n int) string {
-			var q strings.Builder
-			q.WriteString(`INSERT INTO {p}sessions (app, conversation, user_id, state, version, event_count, created_at, updated_at) VALUES `)
-			for i := range n {
-				if i > 0 {
-					q.WriteString(", ")
-				}
-				p := func(c int) int { return i*createCols + c }
-				fmt.Fprintf(&q, "($%d, $%d, $%d, $%d, 0, 0, $%d, $%d)", p(1), p(2), p(3), p(4), p(5), p(5))
-			}
-			q.WriteString(` ON CONFLICT (app, conversation) DO NOTHING RETURNING app, conversation`)
-			return d.Query(q.String())
-		},
+		createMany: createRows.Statement(func(cte string, _ int) string {
+			// SQLite needs the WHERE of an INSERT ... SELECT ... ON CONFLICT to tell the
+			// upsert from a join (https://www.sqlite.org/lang_upsert.html).
+			return `WITH ` + cte + ` INSERT INTO {p}sessions (app, conversation, user_id, state, version, event_count, created_at, updated_at)
+				SELECT a, c, u, st, 0, 0, t, t FROM v WHERE true
+				ON CONFLICT (app, conversation) DO NOTHING RETURNING app, conversation`
+		}),
 		owner:   d.Query(`SELECT user_id, version FROM {p}sessions WHERE app = $1 AND conversation = $2`),
 		ownerID: d.Query(`SELECT user_id, version, id FROM {p}sessions WHERE app = $1 AND conversation = $2`),
 		// The batched bump: bump's conditions for n appends at once (a session at most once,
@@ -117,27 +149,19 @@ func buildQueries(d *sqldialect.Dialect) queries {
 		// that a duplicate leaves its row alone and the transaction can go on for the others.
 		// The values' columns have names of their own so that RETURNING names the sessions
 		// table's columns unqualified (SQLite's RETURNING sees only that table).
-		bumpMany: func(n int) string {
-			var q strings.Builder
-			q.WriteString(`WITH v (a, c, u, x, n, hs, st, t, r) AS (VALUES `)
-			for i := range n {
-				if i > 0 {
-					q.WriteString(", ")
-				}
-				p := func(c int) int { return i*bumpCols + c }
-				fmt.Fprintf(&q, "(CAST($%d AS TEXT), CAST($%d AS TEXT), CAST($%d AS TEXT), CAST($%d AS BIGINT), CAST($%d AS BIGINT), "+
-					"CAST($%d AS BOOLEAN), CAST($%d AS {bytes}), CAST($%d AS {time}), CAST($%d AS TEXT))",
-					p(1), p(2), p(3), p(4), p(5), p(6), p(7), p(8), p(9))
-			}
-			q.WriteString(`)
+		bumpMany: bumpRows.Statement(func(cte string, _ int) string {
+			return `WITH ` + cte + `
 				UPDATE {p}sessions SET version = version + 1, event_count = event_count + v.n,
 					state = CASE WHEN v.hs THEN v.st ELSE state END, updated_at = v.t
 				FROM v
 				WHERE app = v.a AND conversation = v.c AND user_id = v.u AND version = v.x
 					AND NOT EXISTS (SELECT 1 FROM {p}events e WHERE e.session_id = {p}sessions.id AND e.request_id = v.r)
-				RETURNING app, conversation, id, version, event_count`)
-			return d.Query(q.String())
-		},
+				RETURNING app, conversation, id, version, event_count`
+		}),
+		insertMany: eventRows.Statement(func(cte string, _ int) string {
+			return `WITH ` + cte + ` INSERT INTO {p}events (session_id, seq, request_id, idx, event_id, author, body, data, at)
+				SELECT * FROM v`
+		}),
 		// The version check and bump in one statement: on PostgreSQL a concurrent appender
 		// waits for this row's lock and then finds the version moved on; on SQLite the
 		// transaction already holds the write lock. It also says whether request $9's turn is

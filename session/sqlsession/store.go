@@ -173,6 +173,8 @@ type Store struct {
 
 	// appends batches Append and AppendTx when Options.Batch is on; nil otherwise.
 	appends *sqldialect.Batcher[appendReq, session.Appended]
+	// gets batches Get when Options.Batch is on; nil otherwise.
+	gets *sqldialect.Batcher[getReq, session.Session]
 	// creates batches Create's insert when Options.Batch is on; nil otherwise.
 	creates *sqldialect.Batcher[createReq, bool]
 }
@@ -208,6 +210,7 @@ func New(db *sql.DB, dialect Dialect, opts Options) (*Store, error) {
 	if opts.Batch.On() {
 		s.appends = sqldialect.NewBatcher(opts.Batch, d, db, s.runAppends)
 		s.creates = sqldialect.NewBatcher(opts.Batch, d, db, s.runCreates)
+		s.gets = sqldialect.NewReadBatcher(opts.Batch, s.runGets)
 	}
 	return s, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
@@ -109,6 +110,9 @@ func stores(ctx context.Context, o options) error {
 	for run := 1; run <= o.runs; run++ {
 		rates := make([]float64, len(storeSides))
 		for i, side := range storeSides {
+			if !o.wantSide(side.name) {
+				continue
+			}
 			m := member{model: model, tune: func(c *consumer.Config) { c.MaxInFlight = inFlight }}
 			cleanup := func() {}
 			if side.driver != "" {
@@ -148,4 +152,17 @@ func stores(ctx context.Context, o options) error {
 		row(append(cells, fmt.Sprintf("%.2f", rates[2]/rates[1]), fmt.Sprintf("%.2f", rates[4]/rates[3]))...)
 	}
 	return nil
+}
+
+// wantSide reports whether -sides selects the stores scenario's side named name.
+func (o options) wantSide(name string) bool {
+	if o.sides == "" {
+		return true
+	}
+	for s := range strings.SplitSeq(o.sides, ",") {
+		if strings.TrimSpace(s) == name {
+			return true
+		}
+	}
+	return false
 }

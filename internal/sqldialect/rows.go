@@ -1,0 +1,234 @@
+package sqldialect
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// ColType is the SQL type of a column of a batch's rows (see Rows).
+type ColType int
+
+const (
+	// ColText is TEXT; its values are string.
+	ColText ColType = iota
+	// ColInt is BIGINT; its values are int64 or int.
+	ColInt
+	// ColBool is BOOLEAN; its values are bool.
+	ColBool
+	// ColBytes is "{bytes}" (BYTEA, BLOB); its values are []byte, nil for NULL (see Bytes).
+	ColBytes
+	// ColTime is "{time}"; its values are what Dialect.Time returns.
+	ColTime
+	numColTypes
+)
+
+// sqlType is the type a column is cast to, in the dialect's tokens (see Query).
+var sqlType = [numColTypes]string{ColText: "TEXT", ColInt: "BIGINT", ColBool: "BOOLEAN", ColBytes: "{bytes}", ColTime: "{time}"}
+
+// arrayOID is the PostgreSQL array type of a column's parameter on PostgreSQL.
+var arrayOID = [numColTypes]uint32{ColText: pgtype.TextArrayOID, ColInt: pgtype.Int8ArrayOID, ColBool: pgtype.BoolArrayOID,
+	ColBytes: pgtype.ByteaArrayOID, ColTime: pgtype.TimestamptzArrayOID}
+
+// Col is a column of a batch's rows: its name in the statement and its type.
+type Col struct {
+	Name string
+	Type ColType
+}
+
+// Rows describes the rows of a batched statement, given to it as a table named v: a common
+// table expression (WITH v (cols) AS (...)) that the statement reads. On PostgreSQL each column
+// is one parameter holding the column's values as an array (a text literal in PostgreSQL's
+// array syntax, made by pgx's pgtype and cast back to the column's array type, so that any
+// database/sql driver can send it), and unnest turns them back into rows: the statement's text
+// is the same for any number of rows, so the driver prepares it once per connection and the
+// server plans it once, instead of a statement of its own for every batch size. On SQLite, which
+// has no arrays, v is a VALUES list of one row of parameters per row.
+type Rows struct {
+	d    *Dialect
+	cols []Col
+}
+
+// Rows returns the description of rows of cols for statements of this dialect.
+func (d *Dialect) Rows(cols ...Col) *Rows { return &Rows{d: d, cols: cols} }
+
+// Width is the number of columns.
+func (r *Rows) Width() int { return len(r.cols) }
+
+// CTE returns "v (col, ...) AS (...)" for n rows whose parameters start at $first, in
+// PostgreSQL's form (the caller rewrites the whole statement with Dialect.Query). On PostgreSQL
+// n does not change the text.
+func (r *Rows) CTE(n, first int) string {
+	var q strings.Builder
+	q.WriteString("v (")
+	for i, c := range r.cols {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString(c.Name)
+	}
+	q.WriteString(") AS (")
+	if r.d.name == PostgreSQL {
+		q.WriteString("SELECT * FROM unnest(")
+		for i, c := range r.cols {
+			if i > 0 {
+				q.WriteString(", ")
+			}
+			fmt.Fprintf(&q, "CAST(CAST($%d AS TEXT) AS %s[])", first+i, sqlType[c.Type])
+		}
+		q.WriteString("))")
+		return q.String()
+	}
+	q.WriteString("VALUES ")
+	for row := range n {
+		if row > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteByte('(')
+		for i, c := range r.cols {
+			if i > 0 {
+				q.WriteString(", ")
+			}
+			q.WriteString("CAST($")
+			q.WriteString(strconv.Itoa(first + row*len(r.cols) + i))
+			q.WriteString(" AS ")
+			q.WriteString(sqlType[c.Type])
+			q.WriteByte(')')
+		}
+		q.WriteByte(')')
+	}
+	q.WriteByte(')')
+	return q.String()
+}
+
+// Params is how many parameters CTE takes for n rows.
+func (r *Rows) Params(n int) int {
+	if r.d.name == PostgreSQL {
+		return len(r.cols)
+	}
+	return n * len(r.cols)
+}
+
+// Args returns the parameters of CTE for values, the rows' values one row after another
+// (len(values) a multiple of Width). On PostgreSQL it returns one array literal per column;
+// its error is a value of the wrong Go type for its column.
+func (r *Rows) Args(values []any) ([]any, error) {
+	w := len(r.cols)
+	if w == 0 || len(values)%w != 0 {
+		return nil, fmt.Errorf("sqldialect: %d values for rows of %d columns", len(values), w)
+	}
+	if r.d.name != PostgreSQL {
+		return values, nil
+	}
+	n := len(values) / w
+	m := pgMaps.Get().(*pgtype.Map)
+	defer pgMaps.Put(m)
+	args := make([]any, w)
+	for i, c := range r.cols {
+		col, err := column(c, values, i, w, n)
+		if err != nil {
+			return nil, err
+		}
+		buf, err := m.Encode(arrayOID[c.Type], pgtype.TextFormatCode, col, nil)
+		if err != nil {
+			return nil, fmt.Errorf("sqldialect: column %s: %w", c.Name, err)
+		}
+		args[i] = string(buf)
+	}
+	return args, nil
+}
+
+// pgMaps holds pgtype maps for Args: a Map caches its encode plans and is not safe for
+// concurrent use.
+var pgMaps = sync.Pool{New: func() any { return pgtype.NewMap() }}
+
+// column gathers column i of the n rows of values (width w) into the typed slice pgtype
+// encodes as the column's array, with NULL for a nil value.
+func column(c Col, values []any, i, w, n int) (any, error) {
+	wrong := func(v any) error {
+		return fmt.Errorf("sqldialect: column %s: a %T value in a column of type %s", c.Name, v, sqlType[c.Type])
+	}
+	switch c.Type {
+	case ColText:
+		col := make([]pgtype.Text, n)
+		for row := range n {
+			switch v := values[row*w+i].(type) {
+			case string:
+				col[row] = pgtype.Text{String: v, Valid: true}
+			case nil:
+			default:
+				return nil, wrong(v)
+			}
+		}
+		return col, nil
+	case ColInt:
+		col := make([]pgtype.Int8, n)
+		for row := range n {
+			switch v := values[row*w+i].(type) {
+			case int64:
+				col[row] = pgtype.Int8{Int64: v, Valid: true}
+			case int:
+				col[row] = pgtype.Int8{Int64: int64(v), Valid: true}
+			case int32:
+				col[row] = pgtype.Int8{Int64: int64(v), Valid: true}
+			case nil:
+			default:
+				return nil, wrong(v)
+			}
+		}
+		return col, nil
+	case ColBool:
+		col := make([]pgtype.Bool, n)
+		for row := range n {
+			switch v := values[row*w+i].(type) {
+			case bool:
+				col[row] = pgtype.Bool{Bool: v, Valid: true}
+			case nil:
+			default:
+				return nil, wrong(v)
+			}
+		}
+		return col, nil
+	case ColBytes:
+		col := make([][]byte, n)
+		for row := range n {
+			switch v := values[row*w+i].(type) {
+			case []byte:
+				col[row] = v
+			case nil:
+			default:
+				return nil, wrong(v)
+			}
+		}
+		return col, nil
+	case ColTime:
+		col := make([]pgtype.Timestamptz, n)
+		for row := range n {
+			switch v := values[row*w+i].(type) {
+			case time.Time:
+				col[row] = pgtype.Timestamptz{Time: v, Valid: true}
+			case nil:
+			default:
+				return nil, wrong(v)
+			}
+		}
+		return col, nil
+	}
+	return nil, fmt.Errorf("sqldialect: column %s: unknown type %d", c.Name, c.Type)
+}
+
+// Statement returns the statement that build makes around the rows' CTE, for n rows, rewritten
+// by Dialect.Query. build is given "v (...) AS (...)" and the number of the first parameter
+// after the rows' own, for the statement's other parameters. On PostgreSQL the statement is
+// built once, as its text is the same for any number of rows.
+func (r *Rows) Statement(build func(cte string, next int) string) func(n int) string {
+	if r.d.name == PostgreSQL {
+		q := r.d.Query(build(r.CTE(0, 1), r.Params(0)+1))
+		return func(int) string { return q }
+	}
+	return func(n int) string { return r.d.Query(build(r.CTE(n, 1), r.Params(n)+1)) }
+}
