@@ -39,6 +39,13 @@ type Batched struct {
 //   - CancelOneCaller: one caller's context ends while others' appends go on: that caller gets
 //     an error and its turn is not stored, or gets success and its turn is stored (never an
 //     error for a stored turn nor a success for a lost one), and every other caller succeeds.
+//   - GetsInOneBatch: callers at once reading sessions of different lengths with different
+//     recent counts, a missing session and another user's: each gets its own session's
+//     newest events in order, or its own ErrNotFound or ErrOwnerMismatch; a caller whose
+//     context ends meanwhile gets its context's error or its session, never another's.
+//   - GetsOfABrokenStore: while the store is broken every Get fails, and not with
+//     ErrNotFound (which would have a Runner create the session again); once mended, every
+//     Get reads its session.
 //   - JoinFailsForOneCaller (session.TxAppender only): one caller's joined write fails: its
 //     turn and write are not stored; every other caller's turn and joined write are, once.
 //
@@ -61,6 +68,8 @@ var batchCases = []struct {
 	{"FailedBatch", testBatchFails},
 	{"CancelOneCaller", testBatchCancelOne},
 	{"JoinFailsForOneCaller", testBatchJoinFails},
+	{"GetsInOneBatch", testBatchGets},
+	{"GetsOfABrokenStore", testBatchGetsBroken},
 }
 
 // newSessions creates n empty sessions.
@@ -247,4 +256,97 @@ func testBatchJoinFails(t *testing.T, b Batched) {
 		want = append(want, fmt.Sprintf("caller-%02d", i))
 	}
 	require.Equal(t, append(want, "taken"), m.all(t), "every other caller's joined write is stored, once")
+}
+
+// historyOf appends i%4 turns of two events each to key and returns the stored events.
+func historyOf(t *testing.T, s session.Store, key session.Key, i int) []session.Event {
+	t.Helper()
+	var all []session.Event
+	for v := range i % 4 {
+		tr := turn(fmt.Sprintf("turn-%d-%d", i, v), 2)
+		mustAppend(t, s, key, int64(v), tr)
+		all = append(all, stored(tr, int64(len(all))+1)...)
+	}
+	return all
+}
+
+// newest returns the last n of events (all of them when n is larger).
+func newest(events []session.Event, n int) []session.Event {
+	return events[len(events)-min(n, len(events)):]
+}
+
+func testBatchGets(t *testing.T, b Batched) {
+	s := b.Store
+	keys := newSessions(t, s, concurrentCallers)
+	histories := make([][]session.Event, len(keys))
+	for i, k := range keys {
+		histories[i] = historyOf(t, s, k, i)
+	}
+	recents := []int{0, 1, 3, 100}
+	missing := newKey(t)
+	stranger := keys[3]
+	stranger.User = "another-" + stranger.User
+	cancelled := len(keys) + 2 // the caller whose context ends while the batch may run
+	n := len(keys) + 3
+	sessions, errs := make([]session.Session, n), make([]error, n)
+	runRacers(n, func(i int) {
+		ctx := context.Background()
+		key := missing
+		switch {
+		case i < len(keys):
+			key = keys[i]
+		case i == len(keys)+1:
+			key = stranger
+		case i == cancelled:
+			key = keys[5]
+			c, cancel := context.WithCancel(ctx)
+			ctx = c
+			go cancel()
+		}
+		sessions[i], errs[i] = s.Get(ctx, key, recents[i%len(recents)])
+	})
+	check := func(i, k int) {
+		t.Helper()
+		require.NoError(t, errs[i], "caller %d", i)
+		require.Equal(t, keys[k], sessions[i].Key, "caller %d", i)
+		require.EqualValues(t, i%4, sessions[i].Version, "caller %d", i)
+		require.EqualValues(t, len(histories[k]), sessions[i].EventCount, "caller %d", i)
+		requireSameEvents(t, newest(histories[k], recents[i%len(recents)]), sessions[i].Events)
+	}
+	for i := range keys {
+		check(i, i)
+	}
+	require.ErrorIs(t, errs[len(keys)], session.ErrNotFound)
+	require.ErrorIs(t, errs[len(keys)+1], session.ErrOwnerMismatch)
+	require.Empty(t, sessions[len(keys)+1].Events, "another user's Get reads no events")
+	if errs[cancelled] != nil {
+		require.ErrorIs(t, errs[cancelled], context.Canceled)
+	} else {
+		check(cancelled, 5)
+	}
+}
+
+func testBatchGetsBroken(t *testing.T, b Batched) {
+	s := b.Store
+	keys := newSessions(t, s, concurrentCallers)
+	for i, k := range keys {
+		historyOf(t, s, k, i)
+	}
+	read := func() ([]session.Session, []error) {
+		sessions, errs := make([]session.Session, len(keys)), make([]error, len(keys))
+		runRacers(len(keys), func(i int) { sessions[i], errs[i] = s.Get(context.Background(), keys[i], 100) })
+		return sessions, errs
+	}
+	mend := b.Break(t)
+	_, errs := read()
+	mend()
+	for i, err := range errs {
+		require.Error(t, err, "caller %d of a broken store", i)
+		require.NotErrorIs(t, err, session.ErrNotFound, "caller %d of a broken store", i)
+	}
+	sessions, errs := read()
+	for i, err := range errs {
+		require.NoError(t, err, "caller %d after the mend", i)
+		require.EqualValues(t, 2*(i%4), sessions[i].EventCount, "caller %d", i)
+	}
 }

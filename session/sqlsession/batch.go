@@ -15,7 +15,7 @@ import (
 	"github.com/turnstile-go/turnstile/session"
 )
 
-// Batching configures the batching of the store's writes (Create, Append, AppendTx) across
+// Batching configures the batching of the store's reads and writes (Get, Create, Append, AppendTx) across
 // concurrent callers (see Options.Batch). Size is the most writes one batch holds (0:
 // batching off, the default), Wait how long a batch waits for more after its first (0:
 // DefaultBatchWait).

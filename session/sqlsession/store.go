@@ -56,11 +56,14 @@
 //
 // # Batching
 //
-// With Options.Batch on (off by default), the appends of concurrent callers share one write
-// transaction, and an inbox/sqlinbox Inbox with its own Options.Batch on makes the Begins of
+// With Options.Batch on (off by default), the Gets of concurrent callers are one query, their
+// appends share one write transaction, and an inbox/sqlinbox Inbox with its own Options.Batch on makes the Begins of
 // concurrent callers in one statement: with many turns in flight, a turn then costs a
 // fraction of a commit instead of two commits and seven round trips. Each caller still
 // returns only once its write committed, with its own outcome; Options.Batch has the rules.
+// On PostgreSQL a batched statement takes its rows as one array per column (unnest), so its
+// text is the same for any batch size: the driver prepares it once per connection and the
+// server plans it once.
 //
 // # Errors
 //
@@ -119,8 +122,10 @@ type Options struct {
 	// Zero means DefaultConcurrency (64), lowered to db's MaxOpenConns when that is set below
 	// it; a negative value leaves the pool as you configured it (check it with CheckPool).
 	Concurrency int
-	// Batch turns on the batching of writes across concurrent callers: the Creates that
-	// callers make at about the same time are made in one INSERT statement, and their Appends
+	// Batch turns on the batching of reads and writes across concurrent callers: the Gets
+	// that callers make at about the same time are made in one query (each caller gets its
+	// own session, ErrNotFound or ErrOwnerMismatch), their Creates in one INSERT statement,
+	// and their Appends
 	// and AppendTxs in one write transaction (one UPDATE for all the version bumps, one INSERT
 	// for all the events, the joined writes, one COMMIT), so that many turns cost one commit
 	// and a few round trips. Every caller still returns only after the statement or

@@ -24,8 +24,12 @@ const scaleInFlight = 4096
 // scaleInFlight / scaleModel turns/s (2,048 for 4,096 and 2 s).
 const scaleModel = 2 * time.Second
 
+// scaleBatch is the batching of the scale scenario's PostgreSQL stores (Options.Batch): at
+// 4,096 turns in flight their reads and writes go in batches of up to 256.
+var scaleBatch = sqlsession.Batching{Size: 256}
+
 // scale: thousands of turns in flight in one member (MaxInFlight 4,096), a 2 s model, over
-// memory stores and over PostgreSQL (a pool of 64 connections), each side in a process of its
+// memory stores and over PostgreSQL (a pool of 64 connections, the stores batched: scaleBatch), each side in a process of its
 // own with the broker in another, so that peak RSS and goroutines are the member's. It prints
 // the steady turns/s (from the first tenth of the turns to the last tenth) against Little's
 // bound, peak RSS, the most turns in flight and goroutines seen, and goroutines per turn in
@@ -35,8 +39,8 @@ func scale(ctx context.Context, o options) error {
 	if o.keys == 1000 { // the flag's default: the figure is 20,000 conversations
 		o.keys = 20_000
 	}
-	fmt.Printf("scale: %d records, %d partitions, %d conversations, %v model (honours cancellation: Runner.InlineModel), MaxInFlight %d, broker in a child process; Little's bound %.0f turns/s\n",
-		n, o.partitions, o.keys, scaleModel, scaleInFlight, float64(scaleInFlight)/scaleModel.Seconds())
+	fmt.Printf("scale: %d records, %d partitions, %d conversations, %v model (honours cancellation: Runner.InlineModel), MaxInFlight %d, PostgreSQL pool 64 with Batching{Size: %d}, broker in a child process; Little's bound %.0f turns/s\n",
+		n, o.partitions, o.keys, scaleModel, scaleInFlight, scaleBatch.Size, float64(scaleInFlight)/scaleModel.Seconds())
 	row("stores", "turns/s", "of the bound", "peak RSS MiB", "peak in flight", "peak goroutines", "goroutines per turn in flight")
 	self, err := os.Executable()
 	if err != nil {
@@ -68,7 +72,7 @@ func scaleOne(ctx context.Context, o options) error {
 	m := member{}
 	if o.stores == "postgres" {
 		var cleanup func()
-		m, cleanup, err = durable(ctx, "pgx", o.postgres, sqlsession.PostgreSQL, scaleInFlight, 64)
+		m, cleanup, err = durableBatched(ctx, "pgx", o.postgres, sqlsession.PostgreSQL, scaleInFlight, 64, scaleBatch)
 		if err != nil {
 			return err
 		}
