@@ -149,76 +149,59 @@ var pgMaps = sync.Pool{New: func() any { return pgtype.NewMap() }}
 // column gathers column i of the n rows of values (width w) into the typed slice pgtype
 // encodes as the column's array, with NULL for a nil value.
 func column(c Col, values []any, i, w, n int) (any, error) {
-	wrong := func(v any) error {
-		return fmt.Errorf("sqldialect: column %s: a %T value in a column of type %s", c.Name, v, sqlType[c.Type])
-	}
 	switch c.Type {
 	case ColText:
-		col := make([]pgtype.Text, n)
-		for row := range n {
-			switch v := values[row*w+i].(type) {
-			case string:
-				col[row] = pgtype.Text{String: v, Valid: true}
-			case nil:
-			default:
-				return nil, wrong(v)
-			}
-		}
-		return col, nil
+		return gather(c, values, i, w, n, func(v any) (pgtype.Text, bool) {
+			s, ok := v.(string)
+			return pgtype.Text{String: s, Valid: true}, ok
+		})
 	case ColInt:
-		col := make([]pgtype.Int8, n)
-		for row := range n {
-			switch v := values[row*w+i].(type) {
+		return gather(c, values, i, w, n, func(v any) (pgtype.Int8, bool) {
+			switch x := v.(type) {
 			case int64:
-				col[row] = pgtype.Int8{Int64: v, Valid: true}
+				return pgtype.Int8{Int64: x, Valid: true}, true
 			case int:
-				col[row] = pgtype.Int8{Int64: int64(v), Valid: true}
+				return pgtype.Int8{Int64: int64(x), Valid: true}, true
 			case int32:
-				col[row] = pgtype.Int8{Int64: int64(v), Valid: true}
-			case nil:
-			default:
-				return nil, wrong(v)
+				return pgtype.Int8{Int64: int64(x), Valid: true}, true
 			}
-		}
-		return col, nil
+			return pgtype.Int8{}, false
+		})
 	case ColBool:
-		col := make([]pgtype.Bool, n)
-		for row := range n {
-			switch v := values[row*w+i].(type) {
-			case bool:
-				col[row] = pgtype.Bool{Bool: v, Valid: true}
-			case nil:
-			default:
-				return nil, wrong(v)
-			}
-		}
-		return col, nil
+		return gather(c, values, i, w, n, func(v any) (pgtype.Bool, bool) {
+			b, ok := v.(bool)
+			return pgtype.Bool{Bool: b, Valid: true}, ok
+		})
 	case ColBytes:
-		col := make([][]byte, n)
-		for row := range n {
-			switch v := values[row*w+i].(type) {
-			case []byte:
-				col[row] = v
-			case nil:
-			default:
-				return nil, wrong(v)
-			}
-		}
-		return col, nil
+		return gather(c, values, i, w, n, func(v any) ([]byte, bool) {
+			b, ok := v.([]byte)
+			return b, ok
+		})
 	case ColTime:
-		col := make([]pgtype.Timestamptz, n)
-		for row := range n {
-			switch v := values[row*w+i].(type) {
-			case time.Time:
-				col[row] = pgtype.Timestamptz{Time: v, Valid: true}
-			case nil:
-			default:
-				return nil, wrong(v)
-			}
-		}
-		return col, nil
+		return gather(c, values, i, w, n, func(v any) (pgtype.Timestamptz, bool) {
+			t, ok := v.(time.Time)
+			return pgtype.Timestamptz{Time: t, Valid: true}, ok
+		})
 	}
 	return nil, fmt.Errorf("sqldialect: column %s: unknown type %d", c.Name, c.Type)
+}
+
+// gather is column for one type: conv turns a value into its element, or reports a value of
+// the wrong Go type; a nil value stays T's zero value, which pgtype encodes as NULL.
+func gather[T any](c Col, values []any, i, w, n int, conv func(any) (T, bool)) ([]T, error) {
+	col := make([]T, n)
+	for row := range n {
+		v := values[row*w+i]
+		if v == nil {
+			continue
+		}
+		e, ok := conv(v)
+		if !ok {
+			return nil, fmt.Errorf("sqldialect: column %s: a %T value in a column of type %s", c.Name, v, sqlType[c.Type])
+		}
+		col[row] = e
+	}
+	return col, nil
 }
 
 // Statement returns the statement that build makes around the rows' CTE, for n rows, rewritten

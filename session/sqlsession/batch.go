@@ -15,10 +15,10 @@ import (
 	"github.com/turnstile-go/turnstile/session"
 )
 
-// Batching configures the batching of the store's reads and writes (Get, Create, Append, AppendTx) across
-// concurrent callers (see Options.Batch). Size is the most writes one batch holds (0:
-// batching off, the default), Wait how long a batch waits for more after its first (0:
-// DefaultBatchWait).
+// Batching configures the batching of the store's reads and writes (Get, Create, Append,
+// AppendTx) across concurrent callers (see Options.Batch). Size is the most calls one batch
+// holds (0: batching off, the default), Wait how long a batch waits for more after its first
+// (0: DefaultBatchWait).
 type Batching = sqldialect.Batching
 
 // DefaultBatchWait is the Batching.Wait used when it is zero: 1 ms.
@@ -376,12 +376,13 @@ func (s *Store) getMany(ctx context.Context, calls []*getCall) ([]loaded, error)
 	}
 	defer rows.Close()
 	got := make([]loaded, len(calls))
+	var (
+		i int64
+		r getRow // every column is scanned into it for each row: one set of destinations
+	)
+	dest := append([]any{&i}, r.dest()...)
 	for rows.Next() {
-		var (
-			i int64
-			r getRow
-		)
-		if err := rows.Scan(append([]any{&i}, r.dest()...)...); err != nil {
+		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
 		if i < 0 || i >= int64(len(got)) {

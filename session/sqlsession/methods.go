@@ -44,10 +44,13 @@ func (s *Store) getOne(ctx context.Context, key session.Key, recent int) (sessio
 		return session.Session{}, s.fail(ctx, "get", key, err)
 	}
 	defer rows.Close()
-	var g loaded
+	var (
+		g loaded
+		r getRow // every column is scanned into it for each row: one set of destinations
+	)
+	dest := r.dest()
 	for rows.Next() {
-		var r getRow
-		if err := rows.Scan(r.dest()...); err != nil {
+		if err := rows.Scan(dest...); err != nil {
 			return session.Session{}, s.fail(ctx, "get", key, err)
 		}
 		g.add(r)
