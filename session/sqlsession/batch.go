@@ -76,6 +76,9 @@ func (s *Store) runAppends(ctx context.Context, calls []*appendCall) {
 			return
 		case len(failed) == 0:
 			for i, c := range calls {
+				if out[i].write {
+					s.cache.appended(c.Req.key, out[i].id, out[i].count, out[i].ap.Events)
+				}
 				c.Finish(out[i].ap, out[i].err)
 			}
 			return
@@ -94,9 +97,10 @@ func (s *Store) runAppends(ctx context.Context, calls []*appendCall) {
 
 // appendOutcome is one call's outcome in a batch that committed.
 type appendOutcome struct {
-	ap    session.Appended
-	err   error
-	write bool // the call's turn is written in the batch
+	ap        session.Appended
+	err       error
+	write     bool  // the call's turn is written in the batch
+	id, count int64 // when written: the session row's id and its event_count after the batch
 }
 
 type bumped struct{ id, version, count int64 }
@@ -134,7 +138,7 @@ func (s *Store) appendMany(ctx context.Context, calls []*appendCall) ([]appendOu
 			events[j] = e
 			rows = append(rows, b.id, e.Seq, e.RequestID, j, e.ID, e.Author, e.Text, sqldialect.Bytes(e.Data), s.d.Time(e.Time))
 		}
-		out[i] = appendOutcome{ap: session.Appended{Version: b.version, Events: events}, write: true}
+		out[i] = appendOutcome{ap: session.Appended{Version: b.version, Events: events}, write: true, id: b.id, count: b.count}
 	}
 	for chunk := range slices.Chunk(rows, batchInsert*eventCols) {
 		args, err := s.q.eventRows.Args(chunk)
@@ -344,7 +348,11 @@ func (s *Store) runGets(ctx context.Context, calls []*getCall) {
 	if len(calls) == 0 {
 		return
 	}
-	got, err := s.getMany(ctx, calls)
+	reqs := make([]getReq, len(calls))
+	for i, c := range calls {
+		reqs[i] = c.Req
+	}
+	got, err := s.getMany(ctx, reqs)
 	if sqldialect.RetryEachAlone(ctx, calls, err, func(ctx context.Context, c *getCall) (session.Session, error) {
 		return s.getOne(ctx, c.Req.key, c.Req.recent)
 	}) {
@@ -359,23 +367,72 @@ func (s *Store) runGets(ctx context.Context, calls []*getCall) {
 	}
 }
 
-// getMany runs the batched get and returns what it read of each call's session, by index.
-// The query's rows come in no particular order: each session's events are sorted by seq here.
-func (s *Store) getMany(ctx context.Context, calls []*getCall) ([]loaded, error) {
-	values := make([]any, 0, len(calls)*getCols)
-	for i, c := range calls {
-		values = append(values, int64(i), c.Req.key.App, c.Req.key.Conversation, c.Req.key.User, int64(c.Req.recent))
+// getMany runs the batched get and returns what it read of each request's session, by index,
+// with the events the cache held (Options.Cache) merged in and the cache updated.
+func (s *Store) getMany(ctx context.Context, reqs []getReq) ([]loaded, error) {
+	held := make([]*cachedSession, len(reqs))
+	hints := make([]hint, len(reqs))
+	for i, r := range reqs {
+		held[i] = s.cache.lookup(r.key)
+		hints[i] = held[i].hint()
+	}
+	got, err := s.readMany(ctx, reqs, hints)
+	if err != nil || s.cache == nil {
+		return got, err
+	}
+	// A session row that took the id of the one the cache held (SQLite) is read again in full.
+	var again []int
+	for i, r := range reqs {
+		g := &got[i]
+		if g.found && hints[i].covers(g.id, g.out.EventCount, r.recent) && !held[i].same(g.id, g.out.CreatedAt) {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		retry := make([]getReq, len(again))
+		for j, i := range again {
+			retry[j] = reqs[i]
+		}
+		full, err := s.readMany(ctx, retry, make([]hint, len(retry)))
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range again {
+			got[i], held[i], hints[i] = full[j], nil, hint{}
+		}
+	}
+	for i, r := range reqs {
+		g := &got[i]
+		if !g.found || g.owner != r.key.User {
+			continue
+		}
+		events := held[i].merged(hints[i], g.id, g.out.EventCount, r.recent, g.out.Events)
+		s.cache.served.Add(int64(len(events) - len(g.out.Events)))
+		g.out.Events = s.cache.got(r.key, g.id, g.out.CreatedAt, g.out.EventCount, r.recent, events)
+	}
+	return got, nil
+}
+
+// readMany runs the batched get's query for reqs, each telling the query the events it holds
+// already (hints, by index; the zero hint holds none), and returns what it read of each
+// request's session, by index. The query's rows come in no particular order: each session's
+// events are sorted by seq here.
+func (s *Store) readMany(ctx context.Context, reqs []getReq, hints []hint) ([]loaded, error) {
+	values := make([]any, 0, len(reqs)*getCols)
+	for i, r := range reqs {
+		values = append(values, int64(i), r.key.App, r.key.Conversation, r.key.User, int64(r.recent),
+			hints[i].id, hints[i].from, hints[i].count)
 	}
 	args, err := s.q.getRows.Args(values)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.db.QueryContext(ctx, s.q.getMany(len(calls)), args...)
+	rows, err := s.db.QueryContext(ctx, s.q.getMany(len(reqs)), args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	got := make([]loaded, len(calls))
+	got := make([]loaded, len(reqs))
 	var (
 		i int64
 		r getRow // every column is scanned into it for each row: one set of destinations

@@ -11,3 +11,7 @@ import (
 func SetAppendHook(s *Store, f func(ctx context.Context, stage string, tx sqldialect.Querier)) {
 	s.appendHook = f
 }
+
+// CachedEvents returns how many events Gets of s took from its cache rather than the
+// database.
+func CachedEvents(s *Store) int64 { return s.cache.served.Load() }

@@ -31,8 +31,15 @@ func (s *Store) Get(ctx context.Context, key session.Key, recent int) (session.S
 		return session.Session{}, err
 	}
 	recent = min(max(recent, 0), maxRecent)
-	if s.gets != nil {
+	switch {
+	case s.gets != nil:
 		return s.gets.Do(ctx, batchKey(key), getReq{key: key, recent: recent})
+	case s.cache != nil: // the batched get's statement, for one session: it reads what the cache lacks
+		got, err := s.getMany(ctx, []getReq{{key: key, recent: recent}})
+		if err != nil {
+			return session.Session{}, s.fail(ctx, "get", key, err)
+		}
+		return got[0].session(key)
 	}
 	return s.getOne(ctx, key, recent)
 }
@@ -72,13 +79,14 @@ type getRow struct {
 	id, req, author, txt sql.NullString
 	data                 []byte
 	at                   time.Time
+	sid                  sql.NullInt64 // the session row's id, on its own row
 }
 
 // dest returns the scan destinations of the row's columns, in the get query's order.
 func (r *getRow) dest() []any {
 	return []any{&r.kind, &r.user, &r.state, &r.version, &r.count,
 		sqldialect.TimeScanner{T: &r.created}, sqldialect.TimeScanner{T: &r.updated},
-		&r.seq, &r.id, &r.req, &r.author, &r.txt, &r.data, sqldialect.TimeScanner{T: &r.at}}
+		&r.seq, &r.id, &r.req, &r.author, &r.txt, &r.data, sqldialect.TimeScanner{T: &r.at}, &r.sid}
 }
 
 // loaded gathers the rows of one session read by the get query.
@@ -86,11 +94,12 @@ type loaded struct {
 	out   session.Session
 	found bool
 	owner string
+	id    int64 // the session row's id
 }
 
 func (g *loaded) add(r getRow) {
 	if r.kind == 0 {
-		g.found, g.owner = true, r.user.String
+		g.found, g.owner, g.id = true, r.user.String, r.sid.Int64
 		g.out.State, g.out.Version, g.out.EventCount = nilIfEmpty(r.state), r.version.Int64, r.count.Int64
 		g.out.CreatedAt, g.out.UpdatedAt = r.created, r.updated
 		return
@@ -263,6 +272,7 @@ func (s *Store) appendOne(ctx context.Context, key session.Key, expectedVersion 
 	if err := tx.Commit(); err != nil {
 		return session.Appended{}, s.fail(ctx, "append: commit", key, err)
 	}
+	s.cache.appended(key, id, count, events)
 	return session.Appended{Version: version, Events: events}, nil
 }
 
@@ -408,6 +418,7 @@ func (s *Store) Delete(ctx context.Context, key session.Key) error {
 	if err := tx.Commit(); err != nil {
 		return s.fail(ctx, "delete: commit", key, err)
 	}
+	s.cache.forget(key)
 	return nil
 }
 
@@ -435,6 +446,7 @@ func (s *Store) DeleteUser(ctx context.Context, app, user string) (int64, error)
 		return 0, fmt.Errorf("%w: DeleteUser needs an app and a user", session.ErrInvalid)
 	}
 	n, err := s.deleteReturning(ctx, s.q.deleteUser, app, user)
+	s.cache.forgetUser(app, user) // even on an error: the delete may have committed
 	if err != nil {
 		return 0, fmt.Errorf("sqlsession: delete user %s/%s: %w", app, user, sqldialect.ClassifyContext(ctx, err))
 	}
@@ -450,6 +462,11 @@ func (s *Store) DeleteIdle(ctx context.Context, app string, before time.Time) (i
 	var total int64
 	for {
 		n, err := s.deleteReturning(ctx, s.q.deleteIdle, app, s.d.Time(before), retentionBatch)
+		if n > 0 || err != nil {
+			// The rows deleted are not known by key; what the cache held of them would never
+			// be read again (a session created again is another row), but it is dropped.
+			s.cache.purge()
+		}
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("sqlsession: delete idle sessions of %s: %w", app, sqldialect.ClassifyContext(ctx, err))

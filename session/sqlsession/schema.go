@@ -58,9 +58,9 @@ type queries struct {
 	bumpRows, eventRows, createRows, getRows *sqldialect.Rows
 }
 
-// getCols are the columns of one Get in the batched get: its index in the batch, the key, and
-// how many recent events it reads.
-const getCols = 5
+// getCols are the columns of one Get in the batched get: its index in the batch, the key, how
+// many recent events it reads, and the events it holds already (a hint: cid, clo, cc).
+const getCols = 8
 
 // bumpCols are the host parameters of one append in the batched bump.
 const bumpCols = 9
@@ -80,32 +80,34 @@ func buildQueries(d *sqldialect.Dialect) queries {
 	createRows := d.Rows(text("a"), text("c"), text("u"), bytes("st"), at("t"))
 	eventRows := d.Rows(integer("session_id"), integer("seq"), text("request_id"), integer("idx"), text("event_id"),
 		text("author"), text("body"), bytes("data"), at("at"))
-	getRows := d.Rows(integer("i"), text("a"), text("c"), text("u"), integer("n"))
+	getRows := d.Rows(integer("i"), text("a"), text("c"), text("u"), integer("n"),
+		integer("cid"), integer("clo"), integer("cc"))
 	return queries{
 		bumpRows: bumpRows, createRows: createRows, eventRows: eventRows, getRows: getRows,
 		// The batched get: get's two branches for every session of v, each row led by its
 		// call's index. A session's events are 1 to event_count without gaps (every append
 		// numbers them from the count it bumped), so its newest n are those above
 		// event_count-n: a range of the (session_id, seq) primary key, whatever the history's
-		// length.
+		// length. A call that holds the events cid, clo+1 to cc already (Options.Cache; cid
+		// 0 holds none) reads only those above cc when they cover the range, as
+		// hint.covers tells.
 		getMany: getRows.Statement(func(cte string, _ int) string {
 			return `WITH ` + cte + `
 				SELECT v.i, 0 AS kind, s.user_id AS user_id, s.state AS state, s.version AS version,
 					s.event_count AS event_count, s.created_at AS created_at, s.updated_at AS updated_at,
 					CAST(NULL AS BIGINT) AS seq, CAST(NULL AS TEXT) AS event_id, CAST(NULL AS TEXT) AS request_id,
 					CAST(NULL AS TEXT) AS author, CAST(NULL AS TEXT) AS body, CAST(NULL AS {bytes}) AS data,
-					CAST(NULL AS {time}) AS at
+					CAST(NULL AS {time}) AS at, s.id AS sid
 				FROM v JOIN {p}sessions s ON s.app = v.a AND s.conversation = v.c
 				UNION ALL
 				SELECT v.i, 1, CAST(NULL AS TEXT), CAST(NULL AS {bytes}), CAST(NULL AS BIGINT), CAST(NULL AS BIGINT),
 					CAST(NULL AS {time}), CAST(NULL AS {time}),
-					e.seq, e.event_id, e.request_id, e.author, e.body, e.data, e.at
+					e.seq, e.event_id, e.request_id, e.author, e.body, e.data, e.at, CAST(NULL AS BIGINT)
 				FROM v JOIN {p}sessions s ON s.app = v.a AND s.conversation = v.c AND s.user_id = v.u
-				JOIN {p}events e ON e.session_id = s.id AND e.seq > s.event_count - v.n`
+				JOIN {p}events e ON e.session_id = s.id AND e.seq > CASE
+					WHEN s.id = v.cid AND (v.clo = 0 OR v.clo <= s.event_count - v.n) AND v.cc <= s.event_count AND v.cc > s.event_count - v.n
+					THEN v.cc ELSE s.event_count - v.n END`
 		}),
-		// One query, state and the last $4 events: the join walks the (session_id, seq)
-		// primary key from event_count-$4, so its cost does not depend on the history's length.
-		// The owner check in the join keeps another user's events out of the result.
 		// One query for the state and the last $4 events: the session's row, then the newest
 		// events found by walking the (session_id, seq) primary key backwards from the end and
 		// stopping after $4 rows (ORDER BY seq DESC LIMIT), so the cost does not depend on the
@@ -116,14 +118,14 @@ func buildQueries(d *sqldialect.Dialect) queries {
 		get: d.Query(`SELECT 0 AS kind, s.user_id AS user_id, s.state AS state, s.version AS version,
 				s.event_count AS event_count, s.created_at AS created_at, s.updated_at AS updated_at,
 				NULL AS seq, NULL AS event_id, NULL AS request_id, NULL AS author, NULL AS body,
-				NULL AS data, NULL AS at
+				NULL AS data, NULL AS at, s.id AS sid
 			FROM {p}sessions s WHERE s.app = $1 AND s.conversation = $2
 			UNION ALL
 			SELECT * FROM (
 				SELECT 1 AS kind, CAST(NULL AS TEXT) AS user_id, CAST(NULL AS {bytes}) AS state,
 					CAST(NULL AS BIGINT) AS version, CAST(NULL AS BIGINT) AS event_count,
 					CAST(NULL AS {time}) AS created_at, CAST(NULL AS {time}) AS updated_at,
-					e.seq, e.event_id, e.request_id, e.author, e.body, e.data, e.at
+					e.seq, e.event_id, e.request_id, e.author, e.body, e.data, e.at, CAST(NULL AS BIGINT) AS sid
 				FROM {p}events e
 				WHERE e.session_id = (SELECT s.id FROM {p}sessions s
 					WHERE s.app = $1 AND s.conversation = $2 AND s.user_id = $3)

@@ -144,6 +144,21 @@ type Options struct {
 	// tens or more, a fast model), and a join must then be safe to call again (turn.Runner's
 	// is). Size it to MaxInFlight, as the inbox's.
 	Batch Batching
+	// Cache is how many sessions the store keeps the newest events of in memory, between
+	// calls, so that a Get reads from the database only the session's row and the events it
+	// gained since (none when this process made the session's last append): on PostgreSQL
+	// with 64 turns in flight that is most of a turn's reading (see BENCHMARKS.md, "Stores").
+	// What is held is only ever a copy of what was committed, checked against the session's
+	// row on every Get: its id (a session deleted and created again is another row) and its
+	// event_count (events are never changed once stored and are numbered without gaps), so a
+	// Get returns what it would without the cache, whichever process wrote the session.
+	// Each session holds up to the recent of its last Get (turn.Runner's HistoryLimit) events;
+	// the least recently used are dropped past Cache sessions. The events' Data that Get
+	// returns is shared with the cache: do not modify it.
+	//
+	// Default 0: no cache. A good figure is the conversations a member serves at once (a few
+	// times the consumer's MaxInFlight).
+	Cache int
 }
 
 // DefaultConcurrency is the Options.Concurrency used when it is zero: 64, the consumer's
@@ -182,6 +197,8 @@ type Store struct {
 	gets *sqldialect.Batcher[getReq, session.Session]
 	// creates batches Create's insert when Options.Batch is on; nil otherwise.
 	creates *sqldialect.Batcher[createReq, bool]
+	// cache holds sessions' newest events when Options.Cache is set; nil otherwise.
+	cache *recentCache
 }
 
 var (
@@ -195,7 +212,7 @@ const component = "sessions"
 // New returns a Store on db and sizes db's connection pool for Options.Concurrency. It does
 // not touch the database; call Migrate for the schema.
 // Errors: a nil db, an unknown dialect, an invalid Options.TablePrefix, an invalid
-// Options.Batch (see Batching), or ErrPoolTooSmall
+// Options.Batch (see Batching), a negative Options.Cache, or ErrPoolTooSmall
 // (wrapped) when Options.Concurrency is above db's MaxOpenConns.
 func New(db *sql.DB, dialect Dialect, opts Options) (*Store, error) {
 	if db == nil {
@@ -211,7 +228,10 @@ func New(db *sql.DB, dialect Dialect, opts Options) (*Store, error) {
 	if err := sqldialect.SizePool(db, opts.Concurrency); err != nil {
 		return nil, fmt.Errorf("sqlsession: %w", err)
 	}
-	s := &Store{db: db, d: d, q: buildQueries(d)}
+	if opts.Cache < 0 {
+		return nil, fmt.Errorf("sqlsession: Options.Cache: %d is negative", opts.Cache)
+	}
+	s := &Store{db: db, d: d, q: buildQueries(d), cache: newRecentCache(opts.Cache)}
 	if opts.Batch.On() {
 		s.appends = sqldialect.NewBatcher(opts.Batch, d, db, s.runAppends)
 		s.creates = sqldialect.NewBatcher(opts.Batch, d, db, s.runCreates)

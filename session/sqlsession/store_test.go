@@ -3,6 +3,7 @@ package sqlsession_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"testing"
 	"time"
 
@@ -46,18 +47,25 @@ func newStoreWith(t testing.TB, db sqltest.DB, sqlDB *sql.DB, opts sqlsession.Op
 	return s
 }
 
+// TestConformance runs the suite against unbatched stores, without a cache and with one.
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	for _, db := range sqltest.DBs {
-		t.Run(db.Name, func(t *testing.T) {
-			t.Parallel()
-			sessiontest.Run(t, func(t *testing.T) session.Store {
-				s, _ := newStore(t, db)
-				return s
+		for _, cache := range []int{0, cached} {
+			t.Run(fmt.Sprintf("%s/cache=%d", db.Name, cache), func(t *testing.T) {
+				t.Parallel()
+				sessiontest.Run(t, func(t *testing.T) session.Store {
+					sqlDB := db.Open(t)
+					return newStoreWith(t, db, sqlDB, sqlsession.Options{TablePrefix: sqltest.Prefix(t, sqlDB, db.Postgres), Cache: cache})
+				})
 			})
-		})
+		}
 	}
 }
+
+// cached is the Options.Cache of the suites' cached stores (the batched ones, and one run of
+// TestConformance): fewer sessions than some tests write, so that some are dropped.
+const cached = 4
 
 // newPair opens a migrated store and inbox on one *sql.DB of db, with tables of their own.
 func newPair(t testing.TB, db sqltest.DB) (*sqlsession.Store, *sqlinbox.Inbox) {
@@ -80,7 +88,11 @@ var batching = sqlsession.Batching{Size: 32, Wait: 2 * time.Millisecond}
 func newPairWith(t testing.TB, db sqltest.DB, sqlDB *sql.DB, concurrency int, batch sqlsession.Batching) (*sqlsession.Store, *sqlinbox.Inbox) {
 	t.Helper()
 	prefix := sqltest.Prefix(t, sqlDB, db.Postgres)
-	s := newStoreWith(t, db, sqlDB, sqlsession.Options{TablePrefix: prefix, Concurrency: concurrency, Batch: batch})
+	opts := sqlsession.Options{TablePrefix: prefix, Concurrency: concurrency, Batch: batch}
+	if batch.On() {
+		opts.Cache = cached
+	}
+	s := newStoreWith(t, db, sqlDB, opts)
 	b, err := sqlinbox.New(sqlDB, sqlinbox.Dialect(dialectOf(db)), sqlinbox.Options{TablePrefix: prefix, Concurrency: concurrency, Batch: batch})
 	require.NoError(t, err)
 	require.NoError(t, b.Migrate(context.Background()))
@@ -95,7 +107,7 @@ func TestBatchedConformance(t *testing.T) {
 			t.Parallel()
 			sessiontest.Run(t, func(t *testing.T) session.Store {
 				sqlDB := db.Open(t)
-				return newStoreWith(t, db, sqlDB, sqlsession.Options{TablePrefix: sqltest.Prefix(t, sqlDB, db.Postgres), Batch: batching})
+				return newStoreWith(t, db, sqlDB, sqlsession.Options{TablePrefix: sqltest.Prefix(t, sqlDB, db.Postgres), Batch: batching, Cache: cached})
 			})
 			sessiontest.RunJoint(t, func(t *testing.T) (session.TxAppender, inbox.TxCompleter) {
 				return newPairWith(t, db, db.Open(t), 0, batching)
@@ -125,7 +137,7 @@ func TestBatchedSuite(t *testing.T) {
 			t.Parallel()
 			sessiontest.RunBatched(t, func(t *testing.T) sessiontest.Batched {
 				sqlDB := db.Open(t)
-				s := newStoreWith(t, db, sqlDB, sqlsession.Options{TablePrefix: sqltest.Prefix(t, sqlDB, db.Postgres), Batch: batching})
+				s := newStoreWith(t, db, sqlDB, sqlsession.Options{TablePrefix: sqltest.Prefix(t, sqlDB, db.Postgres), Batch: batching, Cache: cached})
 				return sessiontest.Batched{Store: s, Break: func(t *testing.T) func() {
 					return sqltest.BreakTable(t, sqlDB, s.TablePrefix()+"events")
 				}}

@@ -137,12 +137,19 @@ func openStores(a childArgs) (*memberStores, error) {
 	// The stores' calls plus the model's steps, which run while a turn holds no connection,
 	// and the relay's claims and deliveries.
 	db.SetMaxOpenConns(a.MaxInFlight + 8)
-	sessions, err := sqlsession.New(db, sqlsession.PostgreSQL, sqlsession.Options{TablePrefix: a.Prefix, Concurrency: a.MaxInFlight})
+	sessionOpts := sqlsession.Options{TablePrefix: a.Prefix, Concurrency: a.MaxInFlight}
+	inboxOpts := sqlinbox.Options{TablePrefix: a.Prefix, Concurrency: a.MaxInFlight}
+	if a.Cell.Batched() {
+		batch := sqlsession.Batching{Size: max(a.MaxInFlight, 2)}
+		sessionOpts.Batch, inboxOpts.Batch = batch, batch
+		sessionOpts.Cache = 64 // fewer sessions than the run's conversations: some are dropped
+	}
+	sessions, err := sqlsession.New(db, sqlsession.PostgreSQL, sessionOpts)
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("session store: %w", err)
 	}
-	dedup, err := sqlinbox.New(db, sqlinbox.PostgreSQL, sqlinbox.Options{TablePrefix: a.Prefix, Concurrency: a.MaxInFlight})
+	dedup, err := sqlinbox.New(db, sqlinbox.PostgreSQL, inboxOpts)
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("inbox: %w", err)

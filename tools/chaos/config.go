@@ -18,17 +18,19 @@ const (
 	// telemetry, no transactions.
 	CellByKey Cell = "direct-by-key"
 	// CellByKeyOTel is CellByKey with the consumer's Config.Telemetry on the OpenTelemetry
-	// SDK (a tracer provider and a meter provider whose exporter and reader discard).
+	// SDK (a tracer provider and a meter provider whose exporter and reader discard), on
+	// batched stores (see Cell.Batched).
 	CellByKeyOTel Cell = "direct-by-key-otel"
 	// CellByPartition is direct mode with consumer.OrderByPartition.
 	CellByPartition Cell = "direct-by-partition"
-	// CellTransactional is direct mode in the consumer's transactional mode; the checker
-	// reads the topics read_committed and counts every request id with more than one
-	// committed result.
+	// CellTransactional is direct mode in the consumer's transactional mode, on batched
+	// stores; the checker reads the topics read_committed and counts every request id with
+	// more than one committed result.
 	CellTransactional Cell = "transactional"
 	// CellTemporal is Temporal mode: bridge members (a consumer with the workflow bridge as
 	// its Handler) and Temporal workers as separate processes, against a dev server that
-	// keeps its state in a database file and is restarted mid-run.
+	// keeps its state in a database file and is restarted mid-run; the workers' stores are
+	// batched.
 	CellTemporal Cell = "temporal"
 )
 
@@ -49,6 +51,14 @@ func ParseCell(s string) (Cell, error) {
 
 // Temporal reports whether the cell runs in Temporal mode.
 func (c Cell) Temporal() bool { return c == CellTemporal }
+
+// Batched reports whether the cell's stores batch their calls and cache sessions
+// (sqlsession.Options.Batch and Cache, sqlinbox.Options.Batch): the cells with telemetry, with
+// transactions and with Temporal, so that the batched stores meet every mode; CellByKey and
+// CellByPartition keep a statement per call.
+func (c Cell) Batched() bool {
+	return c == CellByKeyOTel || c == CellTransactional || c == CellTemporal
+}
 
 // Transactional reports whether the cell's members run in the transactional mode.
 func (c Cell) Transactional() bool { return c == CellTransactional }

@@ -25,7 +25,8 @@ func durable(ctx context.Context, driver, dsn string, dialect sqlsession.Dialect
 	return durableBatched(ctx, driver, dsn, dialect, inFlight, maxOpen, sqlsession.Batching{})
 }
 
-// durableBatched is durable with the stores' writes batched as batch says.
+// durableBatched is durable with the stores' writes batched as batch says and, when batching
+// is on, the session store's cache holding cacheSessions sessions (sqlsession.Options.Cache).
 func durableBatched(ctx context.Context, driver, dsn string, dialect sqlsession.Dialect, inFlight, maxOpen int, batch sqlsession.Batching) (member, func(), error) {
 	db, err := sql.Open(driver, dsn)
 	if err != nil {
@@ -34,7 +35,11 @@ func durableBatched(ctx context.Context, driver, dsn string, dialect sqlsession.
 	db.SetMaxOpenConns(maxOpen)
 	prefix := fmt.Sprintf("bench_%d_", time.Now().UnixNano())
 	conc := min(inFlight, maxOpen)
-	sessions, err := sqlsession.New(db, dialect, sqlsession.Options{TablePrefix: prefix, Concurrency: conc, Batch: batch})
+	opts := sqlsession.Options{TablePrefix: prefix, Concurrency: conc, Batch: batch}
+	if batch.On() {
+		opts.Cache = cacheSessions
+	}
+	sessions, err := sqlsession.New(db, dialect, opts)
 	if err != nil {
 		db.Close()
 		return member{}, nil, err
@@ -52,7 +57,7 @@ func durableBatched(ctx context.Context, driver, dsn string, dialect sqlsession.
 	}
 	cleanup := func() {
 		if dialect == sqlsession.PostgreSQL {
-			for _, t := range []string{"events", "sessions", "inbox", "schema_version"} {
+			for _, t := range []string{"events", "sessions", "inbox", "inbox_steps", "outbox", "schema_version"} {
 				_, _ = db.ExecContext(ctx, "DROP TABLE IF EXISTS "+prefix+t+" CASCADE")
 			}
 		}
@@ -60,6 +65,10 @@ func durableBatched(ctx context.Context, driver, dsn string, dialect sqlsession.
 	}
 	return member{sessions: sessions, inbox: ib}, cleanup, nil
 }
+
+// cacheSessions is the session store's Options.Cache on the batched sides: more sessions than
+// any scenario's conversations, so that a member's own appends serve its next Gets.
+const cacheSessions = 32768
 
 // storeSide is one side of the stores scenario: memory stores, or a database with the stores'
 // writes batched or not.
