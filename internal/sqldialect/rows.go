@@ -50,21 +50,27 @@ type Col struct {
 // has no arrays, v is a VALUES list of one row of parameters per row.
 type Rows struct {
 	d    *Dialect
+	name string // the table's name in the statement: "v" unless As says otherwise
 	cols []Col
 }
 
 // Rows returns the description of rows of cols for statements of this dialect.
-func (d *Dialect) Rows(cols ...Col) *Rows { return &Rows{d: d, cols: cols} }
+func (d *Dialect) Rows(cols ...Col) *Rows { return &Rows{d: d, name: "v", cols: cols} }
+
+// As returns the rows named name in the statement instead of v, for a statement that reads
+// two sets of rows (two common table expressions).
+func (r *Rows) As(name string) *Rows { return &Rows{d: r.d, name: name, cols: r.cols} }
 
 // Width is the number of columns.
 func (r *Rows) Width() int { return len(r.cols) }
 
-// CTE returns "v (col, ...) AS (...)" for n rows whose parameters start at $first, in
-// PostgreSQL's form (the caller rewrites the whole statement with Dialect.Query). On PostgreSQL
-// n does not change the text.
+// CTE returns "v (col, ...) AS (...)" (v: the rows' name, see As) for n rows whose parameters
+// start at $first, in PostgreSQL's form (the caller rewrites the whole statement with
+// Dialect.Query). On PostgreSQL n does not change the text.
 func (r *Rows) CTE(n, first int) string {
 	var q strings.Builder
-	q.WriteString("v (")
+	q.WriteString(r.name)
+	q.WriteString(" (")
 	for i, c := range r.cols {
 		if i > 0 {
 			q.WriteString(", ")

@@ -114,7 +114,16 @@ func (s *Store) appendMany(ctx context.Context, calls []*appendCall) ([]appendOu
 		return nil, nil, err
 	}
 	defer tx.Rollback()
-	got, err := s.bumpMany(ctx, tx, calls)
+	turns := make([][]session.Event, len(calls)) // each call's events as stored, but their seq
+	for i, c := range calls {
+		turns[i] = make([]session.Event, len(c.Req.turn.Events))
+		for j, e := range c.Req.turn.Events {
+			e.RequestID = c.Req.turn.RequestID
+			e.Data, e.Time = nilIfEmpty(bytes.Clone(e.Data)), sqldialect.StoredTime(e.Time)
+			turns[i][j] = e
+		}
+	}
+	got, err := s.bumpMany(ctx, tx, calls, turns)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -130,13 +139,14 @@ func (s *Store) appendMany(ctx context.Context, calls []*appendCall) ([]appendOu
 			}
 			continue
 		}
-		n := int64(len(r.turn.Events))
-		events := make([]session.Event, n)
-		for j, e := range r.turn.Events {
-			e.RequestID, e.Seq = r.turn.RequestID, b.count-n+int64(j)+1
-			e.Data, e.Time = nilIfEmpty(bytes.Clone(e.Data)), sqldialect.StoredTime(e.Time)
-			events[j] = e
-			rows = append(rows, b.id, e.Seq, e.RequestID, j, e.ID, e.Author, e.Text, sqldialect.Bytes(e.Data), s.d.Time(e.Time))
+		events := turns[i]
+		n := int64(len(events))
+		for j := range events {
+			e := &events[j]
+			e.Seq = b.count - n + int64(j) + 1
+			if s.q.bumpInsert == "" { // inserted below; on PostgreSQL bumpMany did
+				rows = append(rows, b.id, e.Seq, e.RequestID, j, e.ID, e.Author, e.Text, sqldialect.Bytes(e.Data), s.d.Time(e.Time))
+			}
 		}
 		out[i] = appendOutcome{ap: session.Appended{Version: b.version, Events: events}, write: true, id: b.id, count: b.count}
 	}
@@ -177,20 +187,41 @@ func cancelled(calls []*appendCall) map[int]error {
 	return failed
 }
 
-// bumpMany runs the batch's version bump and returns the sessions it bumped, by batchKey.
-func (s *Store) bumpMany(ctx context.Context, tx *sqldialect.Tx, calls []*appendCall) (map[string]bumped, error) {
+// bumpMany runs the batch's version bump and returns the sessions it bumped, by batchKey. On
+// PostgreSQL the same statement inserts the events of those sessions (turns, by call, as
+// stored but their seq; see queries.bumpInsert); on SQLite appendMany inserts them.
+func (s *Store) bumpMany(ctx context.Context, tx *sqldialect.Tx, calls []*appendCall, turns [][]session.Event) (map[string]bumped, error) {
 	now := s.d.Time(time.Now())
-	values := make([]any, 0, len(calls)*bumpCols)
-	for _, c := range calls {
+	together := s.q.bumpInsert != ""
+	values := make([]any, 0, len(calls)*(bumpCols+1))
+	var events []any
+	for i, c := range calls {
 		r := c.Req
 		values = append(values, r.key.App, r.key.Conversation, r.key.User, r.expected, int64(len(r.turn.Events)),
 			r.turn.State != nil, sqldialect.Bytes(r.turn.State), now, r.turn.RequestID)
+		if !together {
+			continue
+		}
+		values = append(values, int64(i))
+		for j, e := range turns[i] {
+			events = append(events, int64(i), int64(j), e.ID, e.Author, e.Text, sqldialect.Bytes(e.Data), s.d.Time(e.Time))
+		}
 	}
+	query := s.q.bumpMany(len(calls))
 	args, err := s.q.bumpRows.Args(values)
+	if together {
+		query = s.q.bumpInsert
+		args, err = s.q.bumpIndexRows.Args(values)
+		if err == nil {
+			var more []any
+			more, err = s.q.turnEventRows.Args(events)
+			args = append(args, more...)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
-	rs, err := tx.QueryContext(ctx, s.q.bumpMany(len(calls)), args...)
+	rs, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}

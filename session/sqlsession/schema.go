@@ -56,6 +56,11 @@ type queries struct {
 	getMany                                                               func(n int) string
 	// The rows of the batched statements: bumpMany's, insertMany's, createMany's, getMany's.
 	bumpRows, eventRows, createRows, getRows *sqldialect.Rows
+	// bumpInsert, on PostgreSQL only (empty on SQLite, which has no writes in a WITH), is
+	// bumpMany and insertMany in one statement: the rows of bumpRows with each call's index
+	// (bumpIndexRows), and its events' rows led by that index (turnEventRows).
+	bumpInsert                   string
+	bumpIndexRows, turnEventRows *sqldialect.Rows
 }
 
 // getCols are the columns of one Get in the batched get: its index in the batch, the key, how
@@ -82,8 +87,37 @@ func buildQueries(d *sqldialect.Dialect) queries {
 		text("author"), text("body"), bytes("data"), at("at"))
 	getRows := d.Rows(integer("i"), text("a"), text("c"), text("u"), integer("n"),
 		integer("cid"), integer("clo"), integer("cc"))
+	bumpIndexRows := d.Rows(text("a"), text("c"), text("u"), integer("x"), integer("n"),
+		sqldialect.Col{Name: "hs", Type: sqldialect.ColBool}, bytes("st"), at("t"), text("r"), integer("k"))
+	turnEventRows := d.Rows(integer("k"), integer("idx"), text("event_id"), text("author"), text("body"),
+		bytes("data"), at("at")).As("w")
+	var bumpInsert string
+	if d.Name() == sqldialect.PostgreSQL {
+		// bumpMany's UPDATE, and the INSERT of the events of the sessions it bumped, numbered
+		// from the event_count it returns, as appendMany numbers them: data-modifying
+		// statements in WITH all run, on one snapshot
+		// (https://www.postgresql.org/docs/current/queries-with.html#QUERIES-WITH-MODIFYING).
+		bumpInsert = d.Query(`WITH ` + bumpIndexRows.CTE(0, 1) + `, ` + turnEventRows.CTE(0, bumpIndexRows.Params(0)+1) + `,
+			b AS (
+				UPDATE {p}sessions SET version = version + 1, event_count = event_count + v.n,
+					state = CASE WHEN v.hs THEN v.st ELSE state END, updated_at = v.t
+				FROM v
+				WHERE app = v.a AND conversation = v.c AND user_id = v.u AND version = v.x
+					AND NOT EXISTS (SELECT 1 FROM {p}events e WHERE e.session_id = {p}sessions.id AND e.request_id = v.r)
+				RETURNING v.k AS k, {p}sessions.app AS app, {p}sessions.conversation AS conversation,
+					{p}sessions.id AS id, {p}sessions.version AS version, {p}sessions.event_count AS event_count,
+					v.n AS n, v.r AS r
+			),
+			ins AS (
+				INSERT INTO {p}events (session_id, seq, request_id, idx, event_id, author, body, data, at)
+				SELECT b.id, b.event_count - b.n + w.idx + 1, b.r, w.idx, w.event_id, w.author, w.body, w.data, w.at
+				FROM w JOIN b ON b.k = w.k
+			)
+			SELECT app, conversation, id, version, event_count FROM b`)
+	}
 	return queries{
 		bumpRows: bumpRows, createRows: createRows, eventRows: eventRows, getRows: getRows,
+		bumpInsert: bumpInsert, bumpIndexRows: bumpIndexRows, turnEventRows: turnEventRows,
 		// The batched get: get's two branches for every session of v, each row led by its
 		// call's index. A session's events are 1 to event_count without gaps (every append
 		// numbers them from the count it bumped), so its newest n are those above
