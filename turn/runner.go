@@ -3,7 +3,6 @@ package turn
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -564,7 +563,7 @@ func (r *Runner) result(req Request, stored []session.Event) (Result, []byte, er
 		UserID: req.UserID, Sequence: req.Sequence, Text: last.Text, ReplyTo: req.ReplyTo,
 		Metadata: req.Metadata, Events: len(stored), CompletedAt: last.Time.UTC(),
 	}
-	data, err := json.Marshal(res)
+	data, err := res.Encode()
 	if err != nil {
 		return Result{}, nil, fmt.Errorf("encode result: %w", err)
 	}
