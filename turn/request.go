@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -166,18 +168,41 @@ func Decode(data []byte) (Request, error) { return Decoder{}.Decode(data) }
 // from one of the envelope's only in case ("USER_ID", which encoding/json would take for
 // "user_id") are errors, as are invalid UTF-8 and trailing data. It follows the semantics of
 // encoding/json/v2 (github.com/go-json-experiment/json, whose defaults reject duplicate names
-// and match names case-sensitively), plus the case-variant check.
+// and match names case-sensitively), plus the case-variant check. (The common shape of an
+// envelope, its own names with plain strings and integers, is read by a small scanner of this
+// package instead, for speed; what it reads, it reads as encoding/json/v2 does.)
 func (d Decoder) Decode(data []byte) (Request, error) {
+	if err := precheck(d, data); err != nil {
+		return Request{}, err
+	}
+	req, ok := decodeCommon(data)
+	if !ok {
+		var err error
+		if req, err = decodeFull(data); err != nil {
+			return Request{}, err
+		}
+	}
+	return d.validated(req)
+}
+
+// precheck refuses data as a whole before any parsing: empty, not UTF-8, or too large for d.
+func precheck(d Decoder, data []byte) error {
 	if len(data) == 0 {
-		return Request{}, &DecodeError{Problem: "empty value"}
+		return &DecodeError{Problem: "empty value"}
 	}
 	if !utf8.Valid(data) {
 		// Checked first so that the whole value is named, not the first bad string.
-		return Request{}, &DecodeError{Problem: "value is not valid UTF-8"}
+		return &DecodeError{Problem: "value is not valid UTF-8"}
 	}
 	if limit := d.maxText() + 64<<10 + MaxMetadataEntries*2*MaxMetadataValueBytes; len(data) > limit {
-		return Request{}, &DecodeError{Problem: fmt.Sprintf("value is %d bytes, over the limit of %d", len(data), limit)}
+		return &DecodeError{Problem: fmt.Sprintf("value is %d bytes, over the limit of %d", len(data), limit)}
 	}
+	return nil
+}
+
+// decodeFull is the decoder of any envelope, for the values decodeCommon leaves to it: it
+// returns the Request of data before validation, or the *DecodeError of its JSON.
+func decodeFull(data []byte) (Request, error) {
 	var w wireRequest
 	if err := jsonv2.Unmarshal(data, &w); err != nil {
 		return Request{}, decodeError(data, err)
@@ -185,12 +210,16 @@ func (d Decoder) Decode(data []byte) (Request, error) {
 	if string(bytes.TrimSpace(data)) == "null" { // jsonv2 leaves the struct as it was
 		return Request{}, &DecodeError{Problem: "value is null, not a JSON object"}
 	}
-	for name := range w.Unknown {
+	for _, name := range slices.Sorted(maps.Keys(w.Unknown)) { // sorted: one error whatever the map's order
 		if known, ok := caseVariant(name); ok {
 			return Request{}, &DecodeError{Field: name, Problem: fmt.Sprintf("differs from the envelope's %q only in case", known)}
 		}
 	}
-	req := w.Request
+	return w.Request, nil
+}
+
+// validated returns req, decoded, when it passes Validate, with empty metadata made nil.
+func (d Decoder) validated(req Request) (Request, error) {
 	if err := d.Validate(req); err != nil {
 		return Request{}, err
 	}
