@@ -258,7 +258,7 @@ func (r *Runner) runTurn(ctx context.Context, req Request, ikey string, attempt 
 		return Result{}, nil, err
 	}
 	in := Input{Request: req, Session: sess, Attempt: attempt, Replay: IsReplay(ctx)}
-	if in.journal, err = r.journal(ctx, ikey, in, first); err != nil {
+	if in.journal, err = r.journal(ctx, ikey, in.toolScope(), first); err != nil {
 		return Result{}, nil, err
 	}
 	if !first {
@@ -538,9 +538,10 @@ func (r *Runner) promoteFound() int {
 	return 0
 }
 
-// journal returns the step journal of the turn of in: with the steps an earlier delivery
-// recorded when this one is not the first (a first delivery has none to load: no query).
-func (r *Runner) journal(ctx context.Context, ikey string, in Input, first bool) (*Journal, error) {
+// journal returns the step journal of a turn whose tool keys derive from tools: with the steps
+// an earlier delivery recorded when this one is not the first (a first delivery has none to
+// load: no query).
+func (r *Runner) journal(ctx context.Context, ikey string, tools toolScope, first bool) (*Journal, error) {
 	jib, _ := r.Inbox.(inbox.Journal)
 	var loaded []inbox.Step
 	if jib != nil && !first {
@@ -549,7 +550,7 @@ func (r *Runner) journal(ctx context.Context, ikey string, in Input, first bool)
 			return nil, fmt.Errorf("inbox steps: %w", err)
 		}
 	}
-	return newJournal(jib, ikey, in.ToolKey, r.maxSteps(), r.maxJournalBytes(), loaded), nil
+	return newJournal(jib, ikey, tools, r.maxSteps(), r.maxJournalBytes(), loaded), nil
 }
 
 // result builds the Result of req from its stored turn, and its encoding for the inbox.
