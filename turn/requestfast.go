@@ -1,6 +1,11 @@
 package turn
 
-import jsonv2 "github.com/go-json-experiment/json"
+import (
+	"strings"
+	"time"
+
+	jsonv2 "github.com/go-json-experiment/json"
+)
 
 // decodeCommon decodes the common shape of a request envelope without reflection: one JSON
 // object of the envelope's own names, each at most once, whose strings have no escapes, whose
@@ -13,13 +18,14 @@ func decodeCommon(data []byte) (Request, bool) {
 	var (
 		req  Request
 		seen uint16
+		ids  [4][]byte // request_id, conversation_id, user_id, reply_to: one allocation for the four
 	)
 	s := scanner{data: data}
 	if !s.consume('{') {
 		return Request{}, false
 	}
 	if s.consume('}') {
-		return finish(&s, req)
+		return req, s.end()
 	}
 	for {
 		name, ok := s.plainString()
@@ -48,30 +54,50 @@ func decodeCommon(data []byte) (Request, bool) {
 			}
 		case bitCreatedAt:
 			raw, ok := s.rawString()
-			if !ok || jsonv2.Unmarshal(raw, &req.CreatedAt) != nil {
+			var at time.Time
+			if !ok || jsonv2.Unmarshal(raw, &at) != nil {
 				return Request{}, false
 			}
-		default:
+			req.CreatedAt = at
+		case bitText:
 			v, ok := s.plainString()
 			if !ok {
 				return Request{}, false
 			}
-			*stringField(&req, bit) = string(v)
+			req.Text = string(v)
+		default:
+			if ids[idIndex(bit)], ok = s.plainString(); !ok {
+				return Request{}, false
+			}
 		}
 		if s.consume(',') {
 			continue
 		}
 		if s.consume('}') {
-			return finish(&s, req)
+			req.ID, req.ConversationID, req.UserID, req.ReplyTo = joinedStrings(ids)
+			return req, s.end()
 		}
 		return Request{}, false
 	}
 }
 
-// finish returns req when only whitespace follows the object s has read.
-func finish(s *scanner, req Request) (Request, bool) {
+// joinedStrings returns the strings of ids, sharing one allocation: the ids are small and live
+// as long as one another (the text, which may be large, gets its own).
+func joinedStrings(ids [4][]byte) (a, b, c, d string) {
+	var sb strings.Builder
+	sb.Grow(len(ids[0]) + len(ids[1]) + len(ids[2]) + len(ids[3]))
+	for _, id := range ids {
+		sb.Write(id)
+	}
+	all := sb.String()
+	n0, n1, n2 := len(ids[0]), len(ids[0])+len(ids[1]), len(ids[0])+len(ids[1])+len(ids[2])
+	return all[:n0], all[n0:n1], all[n1:n2], all[n2:]
+}
+
+// end reports whether only whitespace is left.
+func (s *scanner) end() bool {
 	s.space()
-	return req, s.i == len(s.data)
+	return s.i == len(s.data)
 }
 
 // The envelope's names as bits of a set, for decodeCommon to find a repeated one.
@@ -113,19 +139,17 @@ func fieldBit(name []byte) (uint16, bool) {
 	return 0, false
 }
 
-// stringField returns the string field of req that bit names.
-func stringField(req *Request, bit uint16) *string {
+// idIndex returns the index in decodeCommon's ids of the id field that bit names.
+func idIndex(bit uint16) int {
 	switch bit {
 	case bitRequestID:
-		return &req.ID
+		return 0
 	case bitConversationID:
-		return &req.ConversationID
+		return 1
 	case bitUserID:
-		return &req.UserID
-	case bitText:
-		return &req.Text
+		return 2
 	}
-	return &req.ReplyTo
+	return 3 // bitReplyTo
 }
 
 // scanner reads JSON tokens from data at i.

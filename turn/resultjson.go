@@ -56,7 +56,7 @@ func (res *Result) appendJSON(dst []byte) ([]byte, error) {
 	dst = append(dst, `,"completed_at":"`...)
 	var err error
 	if dst, err = res.CompletedAt.AppendText(dst); err != nil {
-		return json.Marshal(res) // its error, in its words
+		return json.Marshal(*res) // its error, in its words
 	}
 	return append(dst, `"}`...), nil
 }
