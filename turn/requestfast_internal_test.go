@@ -153,3 +153,26 @@ func FuzzDecodeCommonFields(f *testing.F) {
 		requireSameDecode(t, []byte("{"+strings.Join(parts, ",")+"}"))
 	})
 }
+
+// FuzzIDChecks checks that the quick checks of ids agree with the rule-by-rule ones: what
+// canonicalUUID and printableASCII accept, checkRequestIDFully and checkIDFully accept, and
+// checkRequestID and checkID return what those return.
+func FuzzIDChecks(f *testing.F) {
+	for _, v := range []string{fastID, strings.ToUpper(fastID), "00000000-0000-0000-0000-000000000000",
+		"{" + fastID + "}", "urn:uuid:" + fastID, strings.ReplaceAll(fastID, "-", ""), "conv-0001", " c", "c ",
+		"a\tb", "é", "a\x7fb", "\u0085", "", strings.Repeat("x", MaxIDBytes+1), "6f1b7c1e-2d8f-4a53-9c1e-0f6f3a3c2b1g"} {
+		f.Add(v)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		if canonicalUUID(v) {
+			require.NoError(t, checkRequestIDFully(v))
+		}
+		require.Equal(t, checkRequestIDFully(v), checkRequestID(v))
+		if len(v) <= MaxIDBytes && printableASCII(v) {
+			require.NoError(t, checkIDFully("f", v, true))
+		}
+		for _, required := range []bool{true, false} {
+			require.Equal(t, checkIDFully("f", v, required), checkID("f", v, required))
+		}
+	})
+}
