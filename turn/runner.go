@@ -426,8 +426,16 @@ func (r *Runner) respond(ctx context.Context, in Input) (Output, error) {
 				ch <- reply{err: Recovered("model", p)}
 			}
 		}()
-		out, err := r.Model.Respond(ctx, in)
-		ch <- reply{out, err}
+		var rep reply
+		// A ModelFunc is called directly, not through its Respond method, which would copy
+		// the Input once more on a stack frame of its own: on this goroutine, whose stack
+		// starts small, that copy alone can make the stack grow.
+		if f, ok := r.Model.(ModelFunc); ok {
+			rep.out, rep.err = f(ctx, in)
+		} else {
+			rep.out, rep.err = r.Model.Respond(ctx, in)
+		}
+		ch <- rep
 	}()
 	select {
 	case rep := <-ch:
