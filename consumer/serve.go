@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -417,7 +416,7 @@ func (p *partition) result(r *record, req *turn.Request, res *turn.Result, encod
 	}
 	value, err := encoded, error(nil)
 	if value == nil {
-		value, err = json.Marshal(res)
+		value, err = res.Encode()
 	}
 	if err != nil {
 		rl.get().Error("result does not encode", "err", err)

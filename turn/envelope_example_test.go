@@ -160,7 +160,10 @@ func ExampleWithResultLimit() {
 	})
 	sessions := session.NewMemoryStore()
 	runner := &turn.Runner{Model: model, Sessions: sessions, Inbox: inbox.NewMemoryInbox(),
-		Logger: slog.New(slog.DiscardHandler)}
+		Logger: slog.New(slog.DiscardHandler),
+		// A fixed clock: the size includes completed_at, whose fraction is shorter when the
+		// time's microseconds end in zeros.
+		NowFunc: func() time.Time { return time.Date(2026, 11, 30, 5, 0, 0, 123456000, time.UTC) }}
 	req := turn.Request{Schema: turn.SchemaVersion, ID: "6f1b7c1e-2d8f-4a53-9c1e-0f6f3a3c2b10", ConversationID: "c-7731", UserID: "u-12", Text: "tell me all"}
 
 	ctx := turn.WithResultLimit(context.Background(), turn.ResultLimit{Bytes: 1000, Source: "the results topic's 1000 bytes"})

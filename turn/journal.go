@@ -69,7 +69,7 @@ type Journal struct {
 	ib       inbox.Journal // nil: steps run and are not recorded
 	byHand   bool          // the journal of an Input built by hand: Defer records nothing
 	key      string        // the request's inbox key
-	toolKey  func(callID string) string
+	tools    toolScope     // what the steps' keys derive from
 	maxSteps int
 	maxBytes int
 
@@ -84,8 +84,8 @@ type Journal struct {
 }
 
 // newJournal returns the journal of a turn. loaded are the steps recorded before this run.
-func newJournal(ib inbox.Journal, key string, toolKey func(string) string, maxSteps, maxBytes int, loaded []inbox.Step) *Journal {
-	j := &Journal{ib: ib, key: key, toolKey: toolKey, maxSteps: maxSteps, maxBytes: maxBytes}
+func newJournal(ib inbox.Journal, key string, tools toolScope, maxSteps, maxBytes int, loaded []inbox.Step) *Journal {
+	j := &Journal{ib: ib, key: key, tools: tools, maxSteps: maxSteps, maxBytes: maxBytes}
 	if len(loaded) > 0 { // most turns run no step again: no map until one is recorded
 		j.steps = make(map[int]inbox.Step, len(loaded))
 	}
@@ -105,7 +105,7 @@ func (j *Journal) Next(name string) Step {
 	j.next++
 	n := j.next
 	j.mu.Unlock()
-	return Step{Ordinal: n, Name: name, Key: j.toolKey(name + "#" + strconv.Itoa(n))}
+	return Step{Ordinal: n, Name: name, Key: j.tools.toolKey(name + "#" + strconv.Itoa(n))}
 }
 
 // Run runs step s through fn, or returns its recorded output without calling fn when an
@@ -314,7 +314,7 @@ func DecodeIntent(payload []byte) (Intent, error) {
 // nothing, so its steps always run and its deferred steps only return their intents. Copies of an Input share its journal once it has one.
 func (in *Input) Journal() *Journal {
 	if in.journal == nil {
-		in.journal = newJournal(nil, "", in.ToolKey, DefaultMaxSteps, DefaultMaxJournalBytes, nil)
+		in.journal = newJournal(nil, "", in.toolScope(), DefaultMaxSteps, DefaultMaxJournalBytes, nil)
 		in.journal.byHand = true
 	}
 	return in.journal

@@ -53,13 +53,26 @@ type Input struct {
 // keys. A request id copied into another user's conversation gets other keys there (G7). See
 // ToolKey for a callID that stays the same when the turn runs again ("refund#1", not the
 // provider's tool-call id).
-func (in Input) ToolKey(callID string) string {
+func (in Input) ToolKey(callID string) string { return in.toolScope().toolKey(callID) }
+
+// toolScope is what the tool keys of a turn derive from: its session key and request id.
+type toolScope struct {
+	key       session.Key
+	requestID string
+}
+
+// toolScope returns the scope of in's tool keys: the session's key with the request's user and
+// conversation.
+func (in *Input) toolScope() toolScope {
 	key := in.Session.Key
 	// The Runner's stores fill the key in; an Input built by hand may leave it empty.
 	key.App = cmp.Or(key.App, DefaultApp)
 	key.User, key.Conversation = in.Request.UserID, in.Request.ConversationID
-	return SessionToolKey(key, in.Request.ID, callID)
+	return toolScope{key: key, requestID: in.Request.ID}
 }
+
+// toolKey is Input.ToolKey of the turn of s.
+func (s toolScope) toolKey(callID string) string { return SessionToolKey(s.key, s.requestID, callID) }
 
 // Output is what a ModelClient returns for one turn.
 type Output struct {

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -166,18 +168,41 @@ func Decode(data []byte) (Request, error) { return Decoder{}.Decode(data) }
 // from one of the envelope's only in case ("USER_ID", which encoding/json would take for
 // "user_id") are errors, as are invalid UTF-8 and trailing data. It follows the semantics of
 // encoding/json/v2 (github.com/go-json-experiment/json, whose defaults reject duplicate names
-// and match names case-sensitively), plus the case-variant check.
+// and match names case-sensitively), plus the case-variant check. (The common shape of an
+// envelope, its own names with plain strings and integers, is read by a small scanner of this
+// package instead, for speed; what it reads, it reads as encoding/json/v2 does.)
 func (d Decoder) Decode(data []byte) (Request, error) {
+	if err := precheck(d, data); err != nil {
+		return Request{}, err
+	}
+	req, ok := decodeCommon(data)
+	if !ok {
+		var err error
+		if req, err = decodeFull(data); err != nil {
+			return Request{}, err
+		}
+	}
+	return d.validated(req)
+}
+
+// precheck refuses data as a whole before any parsing: empty, not UTF-8, or too large for d.
+func precheck(d Decoder, data []byte) error {
 	if len(data) == 0 {
-		return Request{}, &DecodeError{Problem: "empty value"}
+		return &DecodeError{Problem: "empty value"}
 	}
 	if !utf8.Valid(data) {
 		// Checked first so that the whole value is named, not the first bad string.
-		return Request{}, &DecodeError{Problem: "value is not valid UTF-8"}
+		return &DecodeError{Problem: "value is not valid UTF-8"}
 	}
 	if limit := d.maxText() + 64<<10 + MaxMetadataEntries*2*MaxMetadataValueBytes; len(data) > limit {
-		return Request{}, &DecodeError{Problem: fmt.Sprintf("value is %d bytes, over the limit of %d", len(data), limit)}
+		return &DecodeError{Problem: fmt.Sprintf("value is %d bytes, over the limit of %d", len(data), limit)}
 	}
+	return nil
+}
+
+// decodeFull is the decoder of any envelope, for the values decodeCommon leaves to it: it
+// returns the Request of data before validation, or the *DecodeError of its JSON.
+func decodeFull(data []byte) (Request, error) {
 	var w wireRequest
 	if err := jsonv2.Unmarshal(data, &w); err != nil {
 		return Request{}, decodeError(data, err)
@@ -185,12 +210,16 @@ func (d Decoder) Decode(data []byte) (Request, error) {
 	if string(bytes.TrimSpace(data)) == "null" { // jsonv2 leaves the struct as it was
 		return Request{}, &DecodeError{Problem: "value is null, not a JSON object"}
 	}
-	for name := range w.Unknown {
+	for _, name := range slices.Sorted(maps.Keys(w.Unknown)) { // sorted: one error whatever the map's order
 		if known, ok := caseVariant(name); ok {
 			return Request{}, &DecodeError{Field: name, Problem: fmt.Sprintf("differs from the envelope's %q only in case", known)}
 		}
 	}
-	req := w.Request
+	return w.Request, nil
+}
+
+// validated returns req, decoded, when it passes Validate, with empty metadata made nil.
+func (d Decoder) validated(req Request) (Request, error) {
 	if err := d.Validate(req); err != nil {
 		return Request{}, err
 	}
@@ -357,18 +386,8 @@ func (d Decoder) Validate(req Request) error {
 	if req.Schema != SchemaVersion {
 		return &DecodeError{Field: "schema", Problem: fmt.Sprintf("unknown version %d, this reader knows %d", req.Schema, SchemaVersion)}
 	}
-	id, err := uuid.Parse(req.ID)
-	if err != nil {
-		return &DecodeError{Field: "request_id", Problem: "not a UUID", Err: err}
-	}
-	if id == uuid.Nil {
-		return &DecodeError{Field: "request_id", Problem: "the nil UUID is not an id"}
-	}
-	// uuid.Parse checked the 8-4-4-4-12 layout of a 36-character id: only its case is left.
-	// uuid.Parse also takes upper case, braces, "urn:uuid:" and 32 bare hex digits: four more
-	// spellings of one id, which the inbox would take for four requests (G3).
-	if len(req.ID) != 36 || strings.ContainsAny(req.ID, "ABCDEF") {
-		return &DecodeError{Field: "request_id", Problem: fmt.Sprintf("not in the canonical form (RFC 9562 section 4: lower-case hex, 8-4-4-4-12); write it as %s", id)}
+	if err := checkRequestID(req.ID); err != nil {
+		return err
 	}
 	if err := checkID("conversation_id", req.ConversationID, true); err != nil {
 		return err
@@ -410,8 +429,80 @@ func (d Decoder) maxText() int {
 	return DefaultMaxTextBytes
 }
 
+// checkRequestID checks a request id: a UUID but the nil one, in its canonical form.
+func checkRequestID(v string) error {
+	if canonicalUUID(v) {
+		return nil // most ids: no parse needed to tell
+	}
+	return checkRequestIDFully(v)
+}
+
+// canonicalUUID reports whether v is a UUID other than the nil one in its canonical text form:
+// 36 characters, lower-case hex in groups of 8-4-4-4-12 joined by hyphens. Every such v passes
+// checkRequestIDFully.
+func canonicalUUID(v string) bool {
+	if len(v) != 36 {
+		return false
+	}
+	zero := true
+	for i := range len(v) {
+		switch c := v[i]; {
+		case i == 8 || i == 13 || i == 18 || i == 23:
+			if c != '-' {
+				return false
+			}
+		case c == '0':
+		case '1' <= c && c <= '9', 'a' <= c && c <= 'f':
+			zero = false
+		default:
+			return false
+		}
+	}
+	return !zero
+}
+
+// checkRequestIDFully is checkRequestID by uuid.Parse, with the error of each way to fail.
+func checkRequestIDFully(v string) error {
+	id, err := uuid.Parse(v)
+	if err != nil {
+		return &DecodeError{Field: "request_id", Problem: "not a UUID", Err: err}
+	}
+	if id == uuid.Nil {
+		return &DecodeError{Field: "request_id", Problem: "the nil UUID is not an id"}
+	}
+	// uuid.Parse checked the 8-4-4-4-12 layout of a 36-character id: only its case is left.
+	// uuid.Parse also takes upper case, braces, "urn:uuid:" and 32 bare hex digits: four more
+	// spellings of one id, which the inbox would take for four requests (G3).
+	if len(v) != 36 || strings.ContainsAny(v, "ABCDEF") {
+		return &DecodeError{Field: "request_id", Problem: fmt.Sprintf("not in the canonical form (RFC 9562 section 4: lower-case hex, 8-4-4-4-12); write it as %s", id)}
+	}
+	return nil
+}
+
 // checkID checks an id field: bounded, valid UTF-8, no control characters or surrounding spaces.
 func checkID(field, v string, required bool) error {
+	if len(v) <= MaxIDBytes && printableASCII(v) {
+		return nil // most ids: one pass over the bytes tells
+	}
+	return checkIDFully(field, v, required)
+}
+
+// printableASCII reports whether v is not empty and all printable ASCII (space to tilde), with
+// no space at either end. Every such v of at most MaxIDBytes passes checkIDFully.
+func printableASCII(v string) bool {
+	if v == "" || v[0] == ' ' || v[len(v)-1] == ' ' {
+		return false
+	}
+	for i := range len(v) {
+		if v[i] < ' ' || v[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// checkIDFully is checkID rule by rule, with the error of each way to fail.
+func checkIDFully(field, v string, required bool) error {
 	if v == "" {
 		if required {
 			return &DecodeError{Field: field, Problem: "missing"}

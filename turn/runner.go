@@ -3,7 +3,6 @@ package turn
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -259,7 +258,7 @@ func (r *Runner) runTurn(ctx context.Context, req Request, ikey string, attempt 
 		return Result{}, nil, err
 	}
 	in := Input{Request: req, Session: sess, Attempt: attempt, Replay: IsReplay(ctx)}
-	if in.journal, err = r.journal(ctx, ikey, in, first); err != nil {
+	if in.journal, err = r.journal(ctx, ikey, in.toolScope(), first); err != nil {
 		return Result{}, nil, err
 	}
 	if !first {
@@ -427,8 +426,16 @@ func (r *Runner) respond(ctx context.Context, in Input) (Output, error) {
 				ch <- reply{err: Recovered("model", p)}
 			}
 		}()
-		out, err := r.Model.Respond(ctx, in)
-		ch <- reply{out, err}
+		var rep reply
+		// A ModelFunc is called directly, not through its Respond method, which would copy
+		// the Input once more on a stack frame of its own: on this goroutine, whose stack
+		// starts small, that copy alone can make the stack grow.
+		if f, ok := r.Model.(ModelFunc); ok {
+			rep.out, rep.err = f(ctx, in)
+		} else {
+			rep.out, rep.err = r.Model.Respond(ctx, in)
+		}
+		ch <- rep
 	}()
 	select {
 	case rep := <-ch:
@@ -539,9 +546,10 @@ func (r *Runner) promoteFound() int {
 	return 0
 }
 
-// journal returns the step journal of the turn of in: with the steps an earlier delivery
-// recorded when this one is not the first (a first delivery has none to load: no query).
-func (r *Runner) journal(ctx context.Context, ikey string, in Input, first bool) (*Journal, error) {
+// journal returns the step journal of a turn whose tool keys derive from tools: with the steps
+// an earlier delivery recorded when this one is not the first (a first delivery has none to
+// load: no query).
+func (r *Runner) journal(ctx context.Context, ikey string, tools toolScope, first bool) (*Journal, error) {
 	jib, _ := r.Inbox.(inbox.Journal)
 	var loaded []inbox.Step
 	if jib != nil && !first {
@@ -550,7 +558,7 @@ func (r *Runner) journal(ctx context.Context, ikey string, in Input, first bool)
 			return nil, fmt.Errorf("inbox steps: %w", err)
 		}
 	}
-	return newJournal(jib, ikey, in.ToolKey, r.maxSteps(), r.maxJournalBytes(), loaded), nil
+	return newJournal(jib, ikey, tools, r.maxSteps(), r.maxJournalBytes(), loaded), nil
 }
 
 // result builds the Result of req from its stored turn, and its encoding for the inbox.
@@ -564,7 +572,7 @@ func (r *Runner) result(req Request, stored []session.Event) (Result, []byte, er
 		UserID: req.UserID, Sequence: req.Sequence, Text: last.Text, ReplyTo: req.ReplyTo,
 		Metadata: req.Metadata, Events: len(stored), CompletedAt: last.Time.UTC(),
 	}
-	data, err := json.Marshal(res)
+	data, err := res.Encode()
 	if err != nil {
 		return Result{}, nil, fmt.Errorf("encode result: %w", err)
 	}
