@@ -207,8 +207,11 @@ func (s *Store) bumpMany(ctx context.Context, tx *sqldialect.Tx, calls []*append
 			events = append(events, int64(i), int64(j), e.ID, e.Author, e.Text, sqldialect.Bytes(e.Data), s.d.Time(e.Time))
 		}
 	}
-	query := s.q.bumpMany(len(calls))
-	args, err := s.q.bumpRows.Args(values)
+	var (
+		query string
+		args  []any
+		err   error
+	)
 	if together {
 		query = s.q.bumpInsert
 		args, err = s.q.bumpIndexRows.Args(values)
@@ -217,6 +220,9 @@ func (s *Store) bumpMany(ctx context.Context, tx *sqldialect.Tx, calls []*append
 			more, err = s.q.turnEventRows.Args(events)
 			args = append(args, more...)
 		}
+	} else {
+		query = s.q.bumpMany(len(calls))
+		args, err = s.q.bumpRows.Args(values)
 	}
 	if err != nil {
 		return nil, err

@@ -30,9 +30,10 @@ type recentCache struct {
 type cachedSession struct {
 	id      int64     // the session row's id
 	created time.Time // and its created_at, which tells a row that took the id of a deleted one
-	owner   string    // its user, so that DeleteUser can drop it
-	count   int64     // the seq of the newest event held: the session's event_count when read or written
-	keep    int       // how many events to hold: the recent of the last Get
+	app     string    // its app and user, so that DeleteUser can drop it
+	owner   string
+	count   int64 // the seq of the newest event held: the session's event_count when read or written
+	keep    int   // how many events to hold: the recent of the last Get
 	events  []session.Event
 }
 
@@ -97,7 +98,7 @@ func (c *recentCache) got(key session.Key, id int64, created time.Time, count in
 	if c == nil {
 		return events
 	}
-	c.lru.Add(batchKey(key), &cachedSession{id: id, created: created, owner: key.User, count: count, keep: recent, events: events})
+	c.lru.Add(batchKey(key), &cachedSession{id: id, created: created, app: key.App, owner: key.User, count: count, keep: recent, events: events})
 	return slices.Clip(slices.Clone(events))
 }
 
@@ -133,7 +134,7 @@ func (c *recentCache) appended(key session.Key, id, count int64, events []sessio
 	}
 	all := append(slices.Clip(prev.events), events...)
 	all = all[max(len(all)-prev.keep, 0):]
-	c.lru.Add(batchKey(key), &cachedSession{id: id, created: prev.created, owner: prev.owner, count: count, keep: prev.keep, events: all})
+	c.lru.Add(batchKey(key), &cachedSession{id: id, created: prev.created, app: prev.app, owner: prev.owner, count: count, keep: prev.keep, events: all})
 }
 
 // forget drops what the cache holds of key's session.
@@ -149,7 +150,7 @@ func (c *recentCache) forgetUser(app, user string) {
 		return
 	}
 	for _, k := range c.lru.Keys() {
-		if v, ok := c.lru.Peek(k); ok && v.owner == user && k[:min(len(app)+1, len(k))] == app+"\x00" {
+		if v, ok := c.lru.Peek(k); ok && v.owner == user && v.app == app {
 			c.lru.Remove(k)
 		}
 	}
