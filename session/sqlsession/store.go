@@ -147,7 +147,8 @@ type Options struct {
 	// Cache is how many sessions the store keeps the newest events of in memory, between
 	// calls, so that a Get reads from the database only the session's row and the events it
 	// gained since (none when this process made the session's last append): on PostgreSQL
-	// with 64 turns in flight that is most of a turn's reading (see BENCHMARKS.md, "Stores").
+	// with 64 turns in flight that is most of a turn's reading (see BENCHMARKS.md, "Session cache
+	// and one statement for bumps and events").
 	// What is held is only ever a copy of what was committed, checked against the session's
 	// row on every Get: its id (a session deleted and created again is another row) and its
 	// event_count (events are never changed once stored and are numbered without gaps), so a
