@@ -126,9 +126,11 @@ func (b *Inbox) deferCompletion(bt *sqldialect.BatchTx, key string, result []byt
 	c.results = append(c.results, slices.Clone(result))
 }
 
-// Flush implements sqldialect.Deferred: one UPDATE of every entry in progress among the keys,
-// then, for the keys it did not change, one read of their status: done already is a success
-// (the first result stays), dead is ErrDead, missing is ErrNotFound, as Complete has them.
+// Flush implements sqldialect.Deferred: one statement completes every entry in progress among
+// the keys (completeManyQuery), then, for the keys it did not change, one read of their status:
+// done already is a success (the first result stays), dead is ErrDead, missing is ErrNotFound,
+// as Complete has them. A missing key's error also tells the batch to roll back, as Deferred
+// requires: on PostgreSQL the statement inserted a row for it.
 func (c *completions) Flush(ctx context.Context, q sqldialect.Querier) (map[int]error, error) {
 	b := c.b
 	values := make([]any, 0, 2*len(c.keys))
@@ -144,14 +146,17 @@ func (c *completions) Flush(ctx context.Context, q sqldialect.Querier) (map[int]
 	if err != nil {
 		return nil, err
 	}
-	changed := map[string]bool{}
+	changed, missing := map[string]bool{}, map[string]bool{}
 	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
+		var (
+			k    string
+			none bool
+		)
+		if err := rows.Scan(&k, &none); err != nil {
 			rows.Close()
 			return nil, err
 		}
-		changed[k] = true
+		changed[k], missing[k] = !none, none
 	}
 	if err := rows.Close(); err != nil {
 		return nil, err
@@ -161,7 +166,11 @@ func (c *completions) Flush(ctx context.Context, q sqldialect.Querier) (map[int]
 	}
 	failed := map[int]error{}
 	for i, k := range c.keys {
-		if changed[k] {
+		switch {
+		case changed[k]:
+			continue
+		case missing[k]: // inserted by the upsert: the transaction must not commit with it
+			failed[c.items[i]] = fmt.Errorf("%w: key %s", inbox.ErrNotFound, k)
 			continue
 		}
 		status, reason, err := b.status(ctx, q, k)
@@ -183,12 +192,33 @@ func completeRows(d *sqldialect.Dialect) *sqldialect.Rows {
 }
 
 // completeManyQuery is the completion of n entries in one statement (completeRows, then the
-// time). Only entries in progress change, as in Complete.
+// time). Only entries in progress change, as in Complete. Its rows are a changed entry's key
+// and whether the entry was missing (see Flush).
+//
+// On PostgreSQL it is an upsert whose insert is never kept: ON CONFLICT finds each entry
+// through the primary key's index (its arbiter), whereas the plan of an UPDATE joined to the
+// rows, made once per connection and kept (the plan cache's generic plan), scanned the whole
+// inbox when it was made while the table was small, and went on doing so as it grew. A key
+// with no entry is inserted with deliveries 0, which no entry Begin made has; Flush reports it
+// ErrNotFound and the batch's transaction is rolled back without it, so the row is never
+// committed. On SQLite, which plans a statement when it is prepared, an UPDATE ... FROM.
 func completeManyQuery(d *sqldialect.Dialect) func(n int) string {
+	if d.Name() == sqldialect.PostgreSQL {
+		return completeRows(d).Statement(func(cte string, next int) string {
+			return fmt.Sprintf(`WITH %s
+				INSERT INTO {p}inbox AS i (request_id, conversation, status, attempts, deliveries,
+					result, reason, topic, kafka_partition, kafka_offset, created_at, updated_at)
+				SELECT k, '', 'done', 0, 0, r, '', '', 0, 0, $%[2]d, $%[2]d FROM v
+				ON CONFLICT (request_id) DO UPDATE SET status = 'done', result = excluded.result,
+					updated_at = excluded.updated_at
+				WHERE i.status = 'in_progress'
+				RETURNING i.request_id, i.deliveries = 0`, cte, next)
+		})
+	}
 	return completeRows(d).Statement(func(cte string, next int) string {
 		return fmt.Sprintf(`WITH %s
 			UPDATE {p}inbox SET status = 'done', result = v.r, updated_at = $%d
 			FROM v WHERE request_id = v.k AND status = 'in_progress'
-			RETURNING request_id`, cte, next)
+			RETURNING request_id, false`, cte, next)
 	})
 }

@@ -346,7 +346,9 @@ func (b *Batcher[Req, Res]) runBatch(base context.Context, calls []*Call[Req, Re
 type Deferred interface {
 	// Flush makes the deferred writes on q, the batch's transaction. It returns the error of
 	// each item whose write failed (by item index), for the batch to leave that item out, or an
-	// error that fails the whole batch.
+	// error that fails the whole batch. A batch that gets items' errors must roll its
+	// transaction back and run again without those items, never commit it: a Flush may have
+	// written for an item it reports failed.
 	Flush(ctx context.Context, q Querier) (map[int]error, error)
 }
 

@@ -305,3 +305,128 @@ func TestRunnerOnBatchedStores(t *testing.T) {
 		})
 	}
 }
+
+// TestBatchedCompletionOfAMissingEntry: in batches of joint turns, one caller's completion
+// names an inbox entry that no Begin made (purged, say). That caller gets inbox.ErrNotFound,
+// and neither its turn nor an entry for its key is stored (on PostgreSQL the batched completion
+// is an upsert whose insert of that key must never commit); every other caller's turn is
+// stored with its request done.
+func TestBatchedCompletionOfAMissingEntry(t *testing.T) {
+	t.Parallel()
+	for _, db := range []sqltest.DB{sqltest.SQLiteFileDB, sqltest.PostgresDB} {
+		t.Run(db.Name, func(t *testing.T) {
+			t.Parallel()
+			s, b := newPairWith(t, db, db.Open(t), 0, sqlsession.Batching{Size: 64, Wait: 20 * time.Millisecond})
+			ctx := context.Background()
+			const callers, rounds = 16, 3
+			for round := range rounds {
+				keys := make([]session.Key, callers)
+				reqs := make([]string, callers)
+				for i := range keys {
+					keys[i] = session.Key{App: "missing", User: "user", Conversation: fmt.Sprintf("conv-%d-%d-%s", round, i, uuid.NewString())}
+					_, err := s.Create(ctx, keys[i], nil)
+					require.NoError(t, err)
+					reqs[i] = uuid.NewString()
+				}
+				missing := round % callers // the caller whose entry does not exist
+				errs := make([]error, callers)
+				var wg sync.WaitGroup
+				for i := range callers {
+					wg.Go(func() {
+						if i != missing {
+							errs[i] = jointTurn(ctx, s, b, keys[i], 0, reqs[i])
+							return
+						}
+						_, errs[i] = s.AppendTx(ctx, keys[i], 0, turnOf(reqs[i], 2), func(ctx context.Context, tx session.SQLTx, _ []session.Event) error {
+							return b.CompleteTx(ctx, tx, reqs[i], []byte(`{"request":"`+reqs[i]+`"}`))
+						})
+					})
+				}
+				wg.Wait()
+				for i := range callers {
+					if i == missing {
+						require.ErrorIs(t, errs[i], inbox.ErrNotFound, "round %d: the caller without an entry", round)
+						require.False(t, requireTurnIff(t, s, b, keys[i], reqs[i]), "round %d: no turn nor entry for the missing key", round)
+						_, err := b.Get(ctx, reqs[i])
+						require.ErrorIs(t, err, inbox.ErrNotFound, "round %d: the completion left no entry behind", round)
+						continue
+					}
+					require.NoError(t, errs[i], "round %d caller %d", round, i)
+					require.True(t, requireTurnIff(t, s, b, keys[i], reqs[i]), "round %d caller %d", round, i)
+				}
+			}
+		})
+	}
+}
+
+// TestPostgresBatchesProbeIndexesAsTablesGrow: PostgreSQL plans a prepared statement once per
+// connection (its generic plan, made at the sixth execution and kept) with the tables' sizes of
+// that moment. The batched statements make their plans on empty tables here, on a pool of two
+// connections; then the inbox and the events grow to thousands of rows and more batches run.
+// Their completions, duplicate checks and Gets must not scan either table whole
+// (pg_stat_user_tables.seq_scan stays put): they probe the indexes, whatever size the plan saw.
+func TestPostgresBatchesProbeIndexesAsTablesGrow(t *testing.T) {
+	t.Parallel()
+	sqlDB := sqltest.OpenPostgres(t)
+	sqlDB.SetMaxOpenConns(2)
+	s, b := newPairWith(t, sqltest.PostgresDB, sqlDB, 2, sqlsession.Batching{Size: 8})
+	ctx := context.Background()
+	const conversations = 8
+	keys := make([]session.Key, conversations)
+	for i := range keys {
+		keys[i] = session.Key{App: "plans", User: "user", Conversation: fmt.Sprintf("conv-%d", i)}
+		_, err := s.Create(ctx, keys[i], nil)
+		require.NoError(t, err)
+	}
+	// turns runs n rounds of a joint turn and a Get in every conversation at once.
+	version := 0
+	turns := func(n int) {
+		for range n {
+			var wg sync.WaitGroup
+			errs := make([]error, conversations)
+			for i := range conversations {
+				wg.Go(func() {
+					if errs[i] = jointTurn(ctx, s, b, keys[i], int64(version), uuid.NewString()); errs[i] == nil {
+						_, errs[i] = s.Get(ctx, keys[i], 20)
+					}
+				})
+			}
+			wg.Wait()
+			for i, err := range errs {
+				require.NoError(t, err, "conversation %d", i)
+			}
+			version++
+		}
+	}
+	turns(12) // every statement runs more than six times on each connection: generic plans made
+	prefix := s.TablePrefix()
+	// Thousands of rows behind the plans' backs: done entries, and a long history in another
+	// session of the same app.
+	_, err := sqlDB.ExecContext(ctx, `INSERT INTO `+prefix+`inbox (request_id, conversation, status, attempts,
+			deliveries, result, reason, topic, kafka_partition, kafka_offset, created_at, updated_at)
+		SELECT 'filler-' || g, 'filler', 'done', 1, 1, '\x00', '', 'requests', 0, g, now(), now()
+		FROM generate_series(1, 20000) g`)
+	require.NoError(t, err)
+	filler := session.Key{App: "plans", User: "user", Conversation: "filler"}
+	_, err = s.Create(ctx, filler, nil)
+	require.NoError(t, err)
+	_, err = sqlDB.ExecContext(ctx, `WITH s AS (SELECT id FROM `+prefix+`sessions WHERE conversation = 'filler')
+		INSERT INTO `+prefix+`events (session_id, seq, request_id, idx, event_id, author, body, at)
+		SELECT s.id, g, 'filler-' || g, 0, 'e-' || g, 'user', 'x', now() FROM s, generate_series(1, 20000) g`)
+	require.NoError(t, err)
+	seqScans := func() (inboxScans, eventScans int64) {
+		// Each backend reports its counts when it goes idle, at most once a second (PostgreSQL
+		// 15's cumulative statistics): wait for both pools' connections to have done so.
+		time.Sleep(2500 * time.Millisecond)
+		require.NoError(t, sqlDB.QueryRowContext(ctx, `SELECT
+				(SELECT seq_scan FROM pg_stat_user_tables WHERE relname = $1),
+				(SELECT seq_scan FROM pg_stat_user_tables WHERE relname = $2)`,
+			prefix+"inbox", prefix+"events").Scan(&inboxScans, &eventScans))
+		return inboxScans, eventScans
+	}
+	inboxBefore, eventsBefore := seqScans()
+	turns(6)
+	inboxAfter, eventsAfter := seqScans()
+	require.Equal(t, inboxBefore, inboxAfter, "scans of the whole inbox by the batches")
+	require.Equal(t, eventsBefore, eventsAfter, "scans of the whole events table by the batches")
+}

@@ -91,6 +91,16 @@ func buildQueries(d *sqldialect.Dialect) queries {
 		sqldialect.Col{Name: "hs", Type: sqldialect.ColBool}, bytes("st"), at("t"), text("r"), integer("k"))
 	turnEventRows := d.Rows(integer("k"), integer("idx"), text("event_id"), text("author"), text("body"),
 		bytes("data"), at("at")).As("w")
+	// dupCheck is the batched bumps' duplicate check: whether the call's turn (request v.r) is
+	// stored in the session already. A stored turn has an event of idx 0 (a turn's events are
+	// numbered from 0), so it names the whole key of events_request: one index probe, not a
+	// walk of the session's events. On PostgreSQL OFFSET 0 keeps the planner from turning it
+	// into a join, whose plan (made once per connection and kept, the plan cache's generic
+	// plan) walked them after all.
+	dupCheck := `SELECT 1 FROM {p}events e WHERE e.session_id = {p}sessions.id AND e.request_id = v.r AND e.idx = 0`
+	if d.Name() == sqldialect.PostgreSQL {
+		dupCheck += ` OFFSET 0`
+	}
 	var bumpInsert string
 	if d.Name() == sqldialect.PostgreSQL {
 		// bumpMany's UPDATE, and the INSERT of the events of the sessions it bumped, numbered
@@ -103,7 +113,7 @@ func buildQueries(d *sqldialect.Dialect) queries {
 					state = CASE WHEN v.hs THEN v.st ELSE state END, updated_at = v.t
 				FROM v
 				WHERE app = v.a AND conversation = v.c AND user_id = v.u AND version = v.x
-					AND NOT EXISTS (SELECT 1 FROM {p}events e WHERE e.session_id = {p}sessions.id AND e.request_id = v.r)
+					AND NOT EXISTS (` + dupCheck + `)
 				RETURNING v.k AS k, {p}sessions.app AS app, {p}sessions.conversation AS conversation,
 					{p}sessions.id AS id, {p}sessions.version AS version, {p}sessions.event_count AS event_count,
 					v.n AS n, v.r AS r
@@ -125,22 +135,41 @@ func buildQueries(d *sqldialect.Dialect) queries {
 		// length. A call that holds the events cid, clo+1 to cc already (Options.Cache; cid
 		// 0 holds none) reads only those above cc when they cover the range, as
 		// hint.covers tells.
+		//
+		// On PostgreSQL each session and the range of its events are read by subqueries of
+		// their own for each call (LATERAL, with LIMIT), so that the plan, made once per
+		// connection with the tables' sizes of that moment, probes the indexes whatever those
+		// sizes were rather than joining whole tables; SQLite, which has no LATERAL, plans the
+		// statement when it is prepared and probes them anyway.
 		getMany: getRows.Statement(func(cte string, _ int) string {
+			from := `CASE
+					WHEN s.id = v.cid AND (v.clo = 0 OR v.clo <= s.event_count - v.n) AND v.cc <= s.event_count AND v.cc > s.event_count - v.n
+					THEN v.cc ELSE s.event_count - v.n END`
+			sessions := `JOIN {p}sessions s ON s.app = v.a AND s.conversation = v.c`
+			owned := sessions + ` AND s.user_id = v.u`
+			events := `JOIN {p}events e ON e.session_id = s.id AND e.seq > ` + from
+			if d.Name() == sqldialect.PostgreSQL {
+				sessions = `CROSS JOIN LATERAL (SELECT * FROM {p}sessions s WHERE s.app = v.a AND s.conversation = v.c LIMIT 1) s`
+				owned = sessions + ` WHERE s.user_id = v.u`
+				events = `CROSS JOIN LATERAL (SELECT e.seq, e.event_id, e.request_id, e.author, e.body, e.data, e.at
+					FROM {p}events e WHERE e.session_id = s.id AND e.seq > ` + from + `
+					ORDER BY e.seq LIMIT v.n) e`
+				owned = sessions + ` ` + events + ` WHERE s.user_id = v.u`
+			} else {
+				owned += ` ` + events
+			}
 			return `WITH ` + cte + `
 				SELECT v.i, 0 AS kind, s.user_id AS user_id, s.state AS state, s.version AS version,
 					s.event_count AS event_count, s.created_at AS created_at, s.updated_at AS updated_at,
 					CAST(NULL AS BIGINT) AS seq, CAST(NULL AS TEXT) AS event_id, CAST(NULL AS TEXT) AS request_id,
 					CAST(NULL AS TEXT) AS author, CAST(NULL AS TEXT) AS body, CAST(NULL AS {bytes}) AS data,
 					CAST(NULL AS {time}) AS at, s.id AS sid
-				FROM v JOIN {p}sessions s ON s.app = v.a AND s.conversation = v.c
+				FROM v ` + sessions + `
 				UNION ALL
 				SELECT v.i, 1, CAST(NULL AS TEXT), CAST(NULL AS {bytes}), CAST(NULL AS BIGINT), CAST(NULL AS BIGINT),
 					CAST(NULL AS {time}), CAST(NULL AS {time}),
 					e.seq, e.event_id, e.request_id, e.author, e.body, e.data, e.at, CAST(NULL AS BIGINT)
-				FROM v JOIN {p}sessions s ON s.app = v.a AND s.conversation = v.c AND s.user_id = v.u
-				JOIN {p}events e ON e.session_id = s.id AND e.seq > CASE
-					WHEN s.id = v.cid AND (v.clo = 0 OR v.clo <= s.event_count - v.n) AND v.cc <= s.event_count AND v.cc > s.event_count - v.n
-					THEN v.cc ELSE s.event_count - v.n END`
+				FROM v ` + owned
 		}),
 		// One query for the state and the last $4 events: the session's row, then the newest
 		// events found by walking the (session_id, seq) primary key backwards from the end and
@@ -191,7 +220,7 @@ func buildQueries(d *sqldialect.Dialect) queries {
 					state = CASE WHEN v.hs THEN v.st ELSE state END, updated_at = v.t
 				FROM v
 				WHERE app = v.a AND conversation = v.c AND user_id = v.u AND version = v.x
-					AND NOT EXISTS (SELECT 1 FROM {p}events e WHERE e.session_id = {p}sessions.id AND e.request_id = v.r)
+					AND NOT EXISTS (` + dupCheck + `)
 				RETURNING app, conversation, id, version, event_count`
 		}),
 		insertMany: eventRows.Statement(func(cte string, _ int) string {
@@ -209,7 +238,7 @@ func buildQueries(d *sqldialect.Dialect) queries {
 				state = CASE WHEN $6 THEN $7 ELSE state END, updated_at = $8
 			WHERE app = $1 AND conversation = $2 AND user_id = $3 AND version = $4
 			RETURNING id, version, event_count, EXISTS (SELECT 1 FROM {p}events e
-				WHERE e.session_id = {p}sessions.id AND e.request_id = $9)`),
+				WHERE e.session_id = {p}sessions.id AND e.request_id = $9 AND e.idx = 0)`),
 		turn: d.Query(`SELECT seq, event_id, request_id, author, body, data, at
 			FROM {p}events WHERE session_id = $1 AND request_id = $2 ORDER BY idx`),
 		findTurn: d.Query(`SELECT s.user_id, e.seq, e.event_id, e.request_id, e.author, e.body, e.data, e.at

@@ -55,6 +55,12 @@ func durableBatched(ctx context.Context, driver, dsn string, dialect sqlsession.
 		db.Close()
 		return member{}, nil, err
 	}
+	if dialect == sqlsession.PostgreSQL {
+		// Every side starts on a fresh checkpoint, so that a checkpoint forced by the WAL the
+		// sides before it wrote (max_wal_size) does not fall inside its run. Needs the
+		// pg_checkpoint role or a superuser; without either the run goes on without it.
+		_, _ = db.ExecContext(ctx, "CHECKPOINT")
+	}
 	cleanup := func() {
 		if dialect == sqlsession.PostgreSQL {
 			for _, t := range []string{"events", "sessions", "inbox", "inbox_steps", "outbox", "schema_version"} {
