@@ -110,7 +110,7 @@ func beginManyQuery(d *sqldialect.Dialect, single string) func(n int) string {
 }
 
 // completions are the completions deferred to the end of one batch transaction (see
-// CompleteTx): one UPDATE for all of them, at Flush.
+// CompleteTx): one statement for all of them (completeManyQuery), at Flush.
 type completions struct {
 	b       *Inbox
 	items   []int

@@ -57,7 +57,7 @@ func (b *Inbox) Complete(ctx context.Context, key string, result []byte) error {
 
 // CompleteTx implements inbox.TxCompleter: Complete's statements, run on tx. On the
 // transaction of a batch of session/sqlsession appends (Options.Batch) the completion is
-// deferred to the end of that transaction, made in one UPDATE with the batch's other
+// deferred to the end of that transaction, made in one statement with the batch's other
 // completions before its commit: CompleteTx then returns nil, and ErrDead or ErrNotFound fail
 // that caller's append (its turn is not stored) instead.
 func (b *Inbox) CompleteTx(ctx context.Context, tx inbox.SQLTx, key string, result []byte) error {

@@ -137,7 +137,7 @@ type Options struct {
 	// transaction is rolled back and made again without that caller, calling the others'
 	// joins again in the new transaction (only the last call's writes can commit). An
 	// inbox/sqlinbox Inbox on the same *sql.DB defers the completions CompleteTx joins to such
-	// a transaction to its end and makes all of them in one UPDATE.
+	// a transaction to its end and makes all of them in one statement.
 	//
 	// Default off (the zero Batching): a batched append waits up to Batching.Wait for others,
 	// which only pays when many turns are in flight at once (the consumer's MaxInFlight in the
