@@ -290,6 +290,12 @@ func (c *Consumer) shutdownErr() error {
 // worker serves the records the dispatchers hand it until stop closes.
 func (c *Consumer) worker(stop <-chan struct{}) {
 	for {
+		select { // a record already waiting: taken without a two-case select
+		case r := <-c.work:
+			r.p.serve(r)
+			continue
+		default:
+		}
 		select {
 		case r := <-c.work:
 			r.p.serve(r)

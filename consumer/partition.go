@@ -144,9 +144,7 @@ func (p *partition) dispatch() {
 		if !p.waitStartable() || p.c.throttle.gate(p.turns) != nil {
 			return
 		}
-		select {
-		case p.c.sem <- struct{}{}:
-		case <-p.turns.Done():
+		if !p.acquire() {
 			return
 		}
 		p.mu.Lock()
@@ -163,6 +161,26 @@ func (p *partition) dispatch() {
 			return
 		}
 		p.c.work <- slot.Value // never blocks: a slot is held for it, and there are as many workers
+	}
+}
+
+// acquire takes a slot under the member's bound (Consumer.sem), waiting for one; false when the
+// partition stopped first, with no slot held.
+func (p *partition) acquire() bool {
+	select { // the common case, a slot free: one channel, no select to park in
+	case p.c.sem <- struct{}{}:
+		if p.turns.Err() != nil { // stopped meanwhile: as the waiting select below would see
+			<-p.c.sem
+			return false
+		}
+		return true
+	default:
+	}
+	select {
+	case p.c.sem <- struct{}{}:
+		return true
+	case <-p.turns.Done():
+		return false
 	}
 }
 

@@ -74,8 +74,14 @@ func (o *output) send(ob *outbound) bool {
 	if o.closed {
 		return false
 	}
+	in := o.producer.Input()
+	select { // the common case, the producer waiting for input: one channel, no select to park in
+	case in <- ob.pm:
+		return true
+	default:
+	}
 	select {
-	case o.producer.Input() <- ob.pm:
+	case in <- ob.pm:
 		return true
 	case <-o.closing:
 		return false

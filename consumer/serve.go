@@ -137,16 +137,20 @@ func (p *partition) processOnce(r *record, req **turn.Request) (*outbound, bool)
 // Each attempt is three steps: attempt runs and counts it, decide (retry.go, pure) says what
 // follows, act does it: publish, dead-letter, abandon, or get the turn ready to run again.
 func (p *partition) run(ctx context.Context, r *record, span trace.Span, got **turn.Request) (*outbound, bool, int) {
-	rl := &recordLog{p: p, msg: r.msg}
-	req, dead := p.decodeRecord(r, rl)
-	if dead != nil {
+	// The request and the record's log outlive this call (the outbound and the panic path keep
+	// them): one allocation for both rather than one each.
+	st := &runState{rl: recordLog{p: p, msg: r.msg}}
+	rl := &st.rl
+	var dead *outbound
+	if st.req, dead = p.decodeRecord(r, rl); dead != nil {
 		return dead, true, 0
 	}
-	rl.req, *got = &req, &req
+	req := &st.req
+	rl.req, *got = req, req
 	if span != nil {
-		request(span, &req)
+		request(span, req)
 	}
-	ctx, cancel := p.withTurnContext(ctx, req)
+	ctx, cancel := p.withTurnContext(ctx, *req)
 	if cancel != nil {
 		defer cancel()
 	}
@@ -154,12 +158,18 @@ func (p *partition) run(ctx context.Context, r *record, span trace.Span, got **t
 	var n counts
 	defer n.endProbeOnPanic(p.c.throttle)
 	for {
-		o := p.attempt(ctx, r, req, &n)
+		o := p.attempt(ctx, r, *req, &n)
 		d := decide(o, n, lim)
-		if ob, ok, done := p.carryOut(ctx, r, &req, rl, &n, o, d); done {
+		if ob, ok, done := p.carryOut(ctx, r, req, rl, &n, o, d); done {
 			return ob, ok, n.calls
 		}
 	}
+}
+
+// runState is what run keeps of a record's turn on the heap.
+type runState struct {
+	req turn.Request
+	rl  recordLog
 }
 
 // decodeRecord decodes r's request, or returns r's dead letter when it does not decode or its

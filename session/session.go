@@ -123,18 +123,22 @@ func (t Turn) Validate() error {
 	if len(t.Events) == 0 {
 		return fmt.Errorf("%w: turn %s: no events", ErrInvalid, t.RequestID)
 	}
-	for i, e := range t.Events {
+	for i := range t.Events {
+		e := &t.Events[i]
 		switch {
 		case e.RequestID != "" && e.RequestID != t.RequestID:
 			return fmt.Errorf("%w: turn %s: event %d has request id %q", ErrInvalid, t.RequestID, i, e.RequestID)
 		case !storableText(e.Text) || !storableText(e.Author) || !storableText(e.ID):
 			return fmt.Errorf("%w: turn %s: event %d: text, author and id must be valid UTF-8 without NUL", ErrInvalid, t.RequestID, i)
-		case !e.Time.IsZero() && (e.Time.Year() < 1 || e.Time.Year() > 9999):
+		case !e.Time.IsZero() && !storableYear(e.Time.Year()):
 			return fmt.Errorf("%w: turn %s: event %d: time %s is outside years 1 to 9999", ErrInvalid, t.RequestID, i, e.Time)
 		}
 	}
 	return nil
 }
+
+// storableYear reports whether every Store can keep a time in year y.
+func storableYear(y int) bool { return y >= 1 && y <= 9999 }
 
 // storableText reports whether every Store can keep s as it is: PostgreSQL's TEXT refuses NUL
 // and invalid UTF-8, so no Store takes them, and a turn is stored alike everywhere.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"runtime/debug"
 	"time"
 
@@ -437,6 +438,17 @@ func (r *Runner) respond(ctx context.Context, in Input) (Output, error) {
 		}
 		ch <- rep
 	}()
+	// Most models do not answer at once, but an instant one (a cache, a stub, a test double)
+	// does: let the model's goroutine run first, so that its answer is usually waiting when
+	// the turn looks. Taking it then costs no park and wake of this goroutine, and leaves the
+	// deadline's Done channel unmade. A model that does not answer at once is waited for as
+	// before, until ctx ends.
+	runtime.Gosched()
+	select {
+	case rep := <-ch:
+		return rep.out, rep.err
+	default:
+	}
 	select {
 	case rep := <-ch:
 		return rep.out, rep.err
