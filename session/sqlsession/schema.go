@@ -145,18 +145,15 @@ func buildQueries(d *sqldialect.Dialect) queries {
 			from := `CASE
 					WHEN s.id = v.cid AND (v.clo = 0 OR v.clo <= s.event_count - v.n) AND v.cc <= s.event_count AND v.cc > s.event_count - v.n
 					THEN v.cc ELSE s.event_count - v.n END`
+			// sessions joins each call's session; owned, that session when the call's user owns
+			// it, and the events the call reads.
 			sessions := `JOIN {p}sessions s ON s.app = v.a AND s.conversation = v.c`
-			owned := sessions + ` AND s.user_id = v.u`
-			events := `JOIN {p}events e ON e.session_id = s.id AND e.seq > ` + from
+			owned := sessions + ` AND s.user_id = v.u JOIN {p}events e ON e.session_id = s.id AND e.seq > ` + from
 			if d.Name() == sqldialect.PostgreSQL {
 				sessions = `CROSS JOIN LATERAL (SELECT * FROM {p}sessions s WHERE s.app = v.a AND s.conversation = v.c LIMIT 1) s`
-				owned = sessions + ` WHERE s.user_id = v.u`
-				events = `CROSS JOIN LATERAL (SELECT e.seq, e.event_id, e.request_id, e.author, e.body, e.data, e.at
+				owned = sessions + ` CROSS JOIN LATERAL (SELECT e.seq, e.event_id, e.request_id, e.author, e.body, e.data, e.at
 					FROM {p}events e WHERE e.session_id = s.id AND e.seq > ` + from + `
-					ORDER BY e.seq LIMIT v.n) e`
-				owned = sessions + ` ` + events + ` WHERE s.user_id = v.u`
-			} else {
-				owned += ` ` + events
+					ORDER BY e.seq LIMIT v.n) e WHERE s.user_id = v.u`
 			}
 			return `WITH ` + cte + `
 				SELECT v.i, 0 AS kind, s.user_id AS user_id, s.state AS state, s.version AS version,
