@@ -131,18 +131,32 @@ func (b *Inbox) deferCompletion(bt *sqldialect.BatchTx, key string, result []byt
 // done already is a success (the first result stays), dead is ErrDead, missing is ErrNotFound,
 // as Complete has them. A missing key's error also tells the batch to roll back, as Deferred
 // requires: on PostgreSQL the statement inserted a row for it.
+//
+// A key completed more than once in the batch (a join that calls CompleteTx twice) goes in
+// once, with its first result, as completing it twice in a row would leave it (PostgreSQL's
+// upsert refuses to change one row twice in a statement); each of its completions gets the
+// outcome. The keys go in sorted, so that batches lock the entries they share in one order.
 func (c *completions) Flush(ctx context.Context, q sqldialect.Querier) (map[int]error, error) {
 	b := c.b
-	values := make([]any, 0, 2*len(c.keys))
+	first := make(map[string]int, len(c.keys)) // a key's first completion in the batch
+	keys := make([]string, 0, len(c.keys))
 	for i, k := range c.keys {
-		values = append(values, k, sqldialect.Bytes(c.results[i]))
+		if _, ok := first[k]; !ok {
+			first[k] = i
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	values := make([]any, 0, 2*len(keys))
+	for _, k := range keys {
+		values = append(values, k, sqldialect.Bytes(c.results[first[k]]))
 	}
 	args, err := b.q.completeRows.Args(values)
 	if err != nil {
 		return nil, err
 	}
 	args = append(args, b.d.Time(time.Now()))
-	rows, err := q.QueryContext(ctx, b.q.completeMany(len(c.keys)), args...)
+	rows, err := q.QueryContext(ctx, b.q.completeMany(len(keys)), args...)
 	if err != nil {
 		return nil, err
 	}
@@ -164,13 +178,13 @@ func (c *completions) Flush(ctx context.Context, q sqldialect.Querier) (map[int]
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	failed := map[int]error{}
-	for i, k := range c.keys {
+	outcome := make(map[string]error, len(keys)) // by key: nil for a success
+	for _, k := range keys {
 		switch {
 		case changed[k]:
 			continue
 		case missing[k]: // inserted by the upsert: the transaction must not commit with it
-			failed[c.items[i]] = fmt.Errorf("%w: key %s", inbox.ErrNotFound, k)
+			outcome[k] = fmt.Errorf("%w: key %s", inbox.ErrNotFound, k)
 			continue
 		}
 		status, reason, err := b.status(ctx, q, k)
@@ -178,9 +192,15 @@ func (c *completions) Flush(ctx context.Context, q sqldialect.Querier) (map[int]
 		case err != nil:
 			return nil, err
 		case status == "":
-			failed[c.items[i]] = fmt.Errorf("%w: key %s", inbox.ErrNotFound, k)
+			outcome[k] = fmt.Errorf("%w: key %s", inbox.ErrNotFound, k)
 		case status == stDead:
-			failed[c.items[i]] = fmt.Errorf("%w: key %s: %s", inbox.ErrDead, k, reason)
+			outcome[k] = fmt.Errorf("%w: key %s: %s", inbox.ErrDead, k, reason)
+		}
+	}
+	failed := map[int]error{}
+	for i, k := range c.keys {
+		if err := outcome[k]; err != nil {
+			failed[c.items[i]] = err
 		}
 	}
 	return failed, nil

@@ -113,7 +113,7 @@ type Options struct {
 	// and a failed statement fails each of its callers; Batching says when a batch is sent,
 	// and Begin what a cancelled caller gets. (Whatever Batch says, the completions that
 	// CompleteTx joins to a batched transaction of a session/sqlsession Store are made in one
-	// UPDATE at the end of that transaction; see CompleteTx.)
+	// statement at the end of that transaction; see CompleteTx.)
 	//
 	// Default off (the zero Batching): a batched write waits up to Batching.Wait for others,
 	// which only pays when many turns are in flight at once (the consumer's MaxInFlight in the
