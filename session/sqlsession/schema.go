@@ -138,9 +138,10 @@ func buildQueries(d *sqldialect.Dialect) queries {
 		//
 		// On PostgreSQL each session and the range of its events are read by subqueries of
 		// their own for each call (LATERAL, with LIMIT), so that the plan, made once per
-		// connection with the tables' sizes of that moment, probes the indexes whatever those
-		// sizes were rather than joining whole tables; SQLite, which has no LATERAL, plans the
-		// statement when it is prepared and probes them anyway.
+		// connection with the tables' sizes of that moment, probes the indexes rather than
+		// joining whole tables, on tables never analyzed or analyzed as they grow (tables
+		// analyzed while small get a scan per call until the next analyze: docs/DESIGN.md);
+		// SQLite, which has no LATERAL, plans the statement when it is prepared.
 		getMany: getRows.Statement(func(cte string, _ int) string {
 			from := `CASE
 					WHEN s.id = v.cid AND (v.clo = 0 OR v.clo <= s.event_count - v.n) AND v.cc <= s.event_count AND v.cc > s.event_count - v.n
