@@ -415,29 +415,8 @@ func (r *Runner) respond(ctx context.Context, in Input) (Output, error) {
 	if r.InlineModel {
 		return r.respondInline(ctx, in)
 	}
-	type reply struct {
-		out Output
-		err error
-	}
-	ch := make(chan reply, 1)
-	go func() {
-		defer func() {
-			if p := recover(); p != nil {
-				r.logger().Error("model panicked", "request_id", in.Request.ID, "panic", p, "stack", string(debug.Stack()))
-				ch <- reply{err: Recovered("model", p)}
-			}
-		}()
-		var rep reply
-		// A ModelFunc is called directly, not through its Respond method, which would copy
-		// the Input once more on a stack frame of its own: on this goroutine, whose stack
-		// starts small, that copy alone can make the stack grow.
-		if f, ok := r.Model.(ModelFunc); ok {
-			rep.out, rep.err = f(ctx, in)
-		} else {
-			rep.out, rep.err = r.Model.Respond(ctx, in)
-		}
-		ch <- rep
-	}()
+	c := &modelCall{r: r, ctx: ctx, in: in, done: make(chan struct{})}
+	go c.run()
 	// Most models do not answer at once, but an instant one (a cache, a stub, a test double)
 	// does: let the model's goroutine run first, so that its answer is usually waiting when
 	// the turn looks. Taking it then costs no park and wake of this goroutine, and leaves the
@@ -445,15 +424,46 @@ func (r *Runner) respond(ctx context.Context, in Input) (Output, error) {
 	// before, until ctx ends.
 	runtime.Gosched()
 	select {
-	case rep := <-ch:
-		return rep.out, rep.err
+	case <-c.done:
+		return c.out, c.err
 	default:
 	}
 	select {
-	case rep := <-ch:
-		return rep.out, rep.err
+	case <-c.done:
+		return c.out, c.err
 	case <-ctx.Done():
 		return Output{}, fmt.Errorf("no answer before the context ended: %w", context.Cause(ctx))
+	}
+}
+
+// modelCall is one call of the model on a goroutine of its own (respond): its input and, once
+// done is closed, its output. One allocation holds all of it; the goroutine writes out and err
+// before closing done, and respond reads them only after done is closed (the Go memory model's
+// channel-close rule), so a call left running past its turn writes into memory nobody reads.
+type modelCall struct {
+	r    *Runner
+	ctx  context.Context
+	in   Input
+	out  Output
+	err  error
+	done chan struct{}
+}
+
+func (c *modelCall) run() {
+	defer close(c.done)
+	defer func() {
+		if p := recover(); p != nil {
+			c.r.logger().Error("model panicked", "request_id", c.in.Request.ID, "panic", p, "stack", string(debug.Stack()))
+			c.out, c.err = Output{}, Recovered("model", p)
+		}
+	}()
+	// A ModelFunc is called directly, not through its Respond method, which would copy the
+	// Input once more on a stack frame of its own: on this goroutine, whose stack starts
+	// small, that copy alone can make the stack grow.
+	if f, ok := c.r.Model.(ModelFunc); ok {
+		c.out, c.err = f(c.ctx, c.in)
+	} else {
+		c.out, c.err = c.r.Model.Respond(c.ctx, c.in)
 	}
 }
 
