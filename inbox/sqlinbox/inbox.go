@@ -118,7 +118,7 @@ type Options struct {
 	// Default off (the zero Batching): a batched write waits up to Batching.Wait for others,
 	// which only pays when many turns are in flight at once (the consumer's MaxInFlight in the
 	// tens or more, a fast model); one caller alone would see each Begin slower. Size it to
-	// MaxInFlight.
+	// half of MaxInFlight (Batching.Size says why).
 	Batch Batching
 }
 

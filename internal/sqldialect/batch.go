@@ -20,8 +20,16 @@ import (
 // as it was before batching existed.
 type Batching struct {
 	// Size is the most writes one batch holds; at least 2 turns batching on, 0 leaves it off.
-	// A good figure is the number of turns in flight at once (the consumer's MaxInFlight): a
-	// batch never needs to hold more writes than there are callers.
+	// A good figure is half the turns in flight at once (the consumer's MaxInFlight / 2). A
+	// batch that is full is sent at once, without waiting out Wait, and when turns come faster
+	// than the store serves them (a fast model), they move through a turn's batched calls
+	// (the inbox's Begin, the session's Get, the append) in groups of Size: two groups take
+	// turns, one writing while the other reads. A Size that does not divide MaxInFlight leaves
+	// a group short of it, which waits out Wait at every call; a Size of MaxInFlight makes one
+	// group, whose batches never fill while some of its turns are still in an earlier call.
+	// Measured in BENCHMARKS.md ("Batch size and wait", 64 turns in flight, an instant model,
+	// PostgreSQL): Size 32 served more turns a second than 64 in each of four alternated pairs
+	// (1% to 34% more), and more than 16, 21, 24, 40 or 48.
 	Size int
 	// Wait is how long a batch stays open for more writes after its first one, unless it is
 	// full before: the longest a write waits for others before its batch is sent. A batch that
@@ -31,9 +39,14 @@ type Batching struct {
 	Wait time.Duration
 }
 
-// DefaultBatchWait is the Batching.Wait used when it is zero: 1 ms, about one commit of a
-// local database, so that a lone write's latency at most doubles.
-const DefaultBatchWait = time.Millisecond
+// DefaultBatchWait is the Batching.Wait used when it is zero: 2 ms, about two commits of a
+// local database, a small part of a turn that calls a model. With batches that fill (see
+// Batching.Size) it is seldom waited out; when a group of turns is split, it keeps the part
+// that was left behind open long enough for the next group to fill it, rather than sent
+// short (BENCHMARKS.md, "Batch size and wait": at Size 32 on PostgreSQL, 2 ms served 14% to
+// 16% more turns a second than 1 ms in three alternated rounds, 3 and 5 ms about as many as
+// 2 ms, 500 µs fewer than 1 ms).
+const DefaultBatchWait = 2 * time.Millisecond
 
 // MaxBatchSize bounds Batching.Size: each write of a batch is a few host parameters of one
 // statement, and the statements stay under SQLite's limit of 32,766 parameters.

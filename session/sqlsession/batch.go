@@ -21,7 +21,7 @@ import (
 // (0: DefaultBatchWait).
 type Batching = sqldialect.Batching
 
-// DefaultBatchWait is the Batching.Wait used when it is zero: 1 ms.
+// DefaultBatchWait is the Batching.Wait used when it is zero: 2 ms.
 const DefaultBatchWait = sqldialect.DefaultBatchWait
 
 // batchInsert is how many events one INSERT of a batch carries: 4,500 host parameters, under

@@ -142,7 +142,7 @@ type Options struct {
 	// Default off (the zero Batching): a batched append waits up to Batching.Wait for others,
 	// which only pays when many turns are in flight at once (the consumer's MaxInFlight in the
 	// tens or more, a fast model), and a join must then be safe to call again (turn.Runner's
-	// is). Size it to MaxInFlight, as the inbox's.
+	// is). Size it to half of MaxInFlight, as the inbox's (Batching.Size says why).
 	Batch Batching
 	// Cache is how many sessions the store keeps the newest events of in memory, between
 	// calls, so that a Get reads from the database only the session's row and the events it

@@ -140,7 +140,7 @@ func openStores(a childArgs) (*memberStores, error) {
 	sessionOpts := sqlsession.Options{TablePrefix: a.Prefix, Concurrency: a.MaxInFlight}
 	inboxOpts := sqlinbox.Options{TablePrefix: a.Prefix, Concurrency: a.MaxInFlight}
 	if a.Cell.Batched() {
-		batch := sqlsession.Batching{Size: max(a.MaxInFlight, 2)}
+		batch := sqlsession.Batching{Size: max(a.MaxInFlight/2, 2)}
 		sessionOpts.Batch, inboxOpts.Batch = batch, batch
 		sessionOpts.Cache = 64 // fewer sessions than the run's conversations: some are dropped
 	}

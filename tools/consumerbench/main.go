@@ -55,6 +55,7 @@ type options struct {
 	modelDelay    time.Duration
 	stores        string
 	sides         string
+	batchSize     int
 }
 
 // quiet logs errors only: a benchmark's output is its table.
@@ -71,6 +72,7 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", time.Minute, "how long -scenario memory consumes")
 	flag.StringVar(&o.memPartitions, "memory-partitions", "12,48", "partition counts for -scenario memory")
 	flag.DurationVar(&o.modelDelay, "model", 0, "the model's time per turn in -scenario telemetry and stores (0: instant) and ratelimit (0: 20 ms, then 200 ms)")
+	flag.IntVar(&o.batchSize, "batch-size", 0, "Batching.Size of the batched sides of -scenario stores (0: half the MaxInFlight, 32)")
 	flag.StringVar(&o.sides, "sides", "", "comma-separated sides of -scenario stores to run (memory, postgres, postgres batched, sqlite, sqlite batched; empty: all); a side left out prints 0")
 	flag.StringVar(&o.stores, "stores", "memory", "internal: the stores of a scale-one process (memory or postgres)")
 	flag.BoolVar(&o.brokerMode, "broker", false, "internal: run as the broker process of -scenario memory")

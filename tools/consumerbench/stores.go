@@ -94,7 +94,7 @@ var storeSides = []storeSide{
 }
 
 // stores: 64 turns in flight over PostgreSQL and a SQLite file, each with the stores' writes
-// batched (Options.Batch, batches of up to 64) and not, against the in-memory stores, on the
+// batched (Options.Batch, batches of up to -batch-size, default 32) and not, against the in-memory stores, on the
 // same records; an instant model unless -model says otherwise.
 func stores(ctx context.Context, o options) error {
 	n := orDefault(o.records, 10000)
@@ -115,8 +115,9 @@ func stores(ctx context.Context, o options) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
+	batchSize := orDefault(o.batchSize, inFlight/2)
 	fmt.Printf("stores: %d records, %d partitions, %d keys, %s, MaxInFlight %d; PostgreSQL pool %d, SQLite file WAL synchronous=FULL; batched: Batching{Size: %d}\n",
-		n, o.partitions, o.keys, what, inFlight, maxOpen, inFlight)
+		n, o.partitions, o.keys, what, inFlight, maxOpen, batchSize)
 	cols := []any{"run"}
 	for _, side := range storeSides {
 		cols = append(cols, side.name+" turns/s")
@@ -138,7 +139,7 @@ func stores(ctx context.Context, o options) error {
 				}
 				var batch sqlsession.Batching
 				if side.batched {
-					batch = sqlsession.Batching{Size: inFlight}
+					batch = sqlsession.Batching{Size: batchSize}
 				}
 				st, c, err := durableBatched(ctx, side.driver, dsn, side.dialect, inFlight, maxOpen, batch)
 				if err != nil {
