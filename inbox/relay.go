@@ -43,10 +43,14 @@ type RelayBackoff struct {
 // it is delivered again once its lease ends. The receiving service dedups with the payload's
 // idempotency key (turn.Intent.Key, which turn.DecodeIntent reads out of Intent.Payload).
 //
-// A failed delivery is retried after Backoff; after MaxAttempts attempts, or at once for an
-// error that satisfies interface{ Permanent() bool } with Permanent() true, the intent is
-// buried (dead) with the error as its reason, for an operator to re-drive
-// (Outbox.RedriveIntent, turnstile outbox redrive).
+// A failed delivery is retried after Backoff, or after the delay its error asks for when that
+// is longer: an error that satisfies interface{ RetryAfter() time.Duration } (those of
+// turn.RetryAfter do; a 429 or 503 with a Retry-After header, RFC 9110 section 10.2.3, is the
+// use) is not retried before that delay, which Backoff.Max does not cut. The attempt still
+// counts towards MaxAttempts. After MaxAttempts attempts, or at once for an error that
+// satisfies interface{ Permanent() bool } with Permanent() true, the intent is buried (dead)
+// with the error as its reason, for an operator to re-drive (Outbox.RedriveIntent, turnstile
+// outbox redrive).
 type Relay struct {
 	// Outbox is where the intents are. Required.
 	Outbox Outbox
@@ -227,12 +231,23 @@ func (r *Relay) deliver(ctx context.Context, it Intent) {
 		r.Logger.Warn("outbox intent buried", "id", it.ID, "name", it.Name, "attempts", it.Attempts, "err", err)
 		serr = r.Outbox.Bury(sctx, it.ID, it.Attempts, err.Error())
 	default:
-		d := r.Backoff.delay(it.Attempts)
+		d := retryDelay(err, r.Backoff.delay(it.Attempts))
 		r.Logger.Info("outbox delivery failed; retrying", "id", it.ID, "name", it.Name, "attempts", it.Attempts, "retry_in", d, "err", err)
 		serr = r.Outbox.Retry(sctx, it.ID, it.Attempts, err.Error(), time.Now().Add(d))
 	}
 	r.record(it, serr)
 	r.settled(it, err)
+}
+
+// retryDelay returns the delay before the next attempt after a delivery that failed with err:
+// backoff, or the delay err asks for (its RetryAfter method, found with errors.As) when that is
+// longer.
+func retryDelay(err error, backoff time.Duration) time.Duration {
+	var ra interface{ RetryAfter() time.Duration }
+	if errors.As(err, &ra) {
+		return max(backoff, ra.RetryAfter())
+	}
+	return backoff
 }
 
 // call runs Deliver with a ctx that ends at the claim's lease, and turns a panic into a

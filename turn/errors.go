@@ -129,10 +129,16 @@ func (e *retryAfterError) Error() string {
 }
 func (e *retryAfterError) Unwrap() error { return e.err }
 
+// RetryAfter returns the delay the error asks for: what inbox.Relay reads (through the
+// interface{ RetryAfter() time.Duration }, for the inbox package cannot import turn) to wait
+// before it delivers an intent again.
+func (e *retryAfterError) RetryAfter() time.Duration { return e.delay }
+
 // RetryAfter marks err as a rate limit (an HTTP 429, say) that lifts after d. The consumer
 // pauses its partitions and runs the turn again after the delay (or its own backoff, if
-// longer) without spending an attempt. A d <= 0 leaves the delay to the caller's backoff.
-// RetryAfter(d, nil) returns nil.
+// longer) without spending an attempt; inbox.Relay, given it by a Deliver, delivers the intent
+// again after the delay (or its backoff, if longer), the attempt counted. A d <= 0 leaves the
+// delay to the caller's backoff. RetryAfter(d, nil) returns nil.
 func RetryAfter(d time.Duration, err error) error {
 	if err == nil {
 		return nil

@@ -65,3 +65,16 @@ func TestEveryKindIsNamed(t *testing.T) {
 	_, ok := turn.ParseKind("nonsense")
 	require.False(t, ok)
 }
+
+// TestRetryAfterTellsTheRelayItsDelay: an error made by RetryAfter, wrapped, satisfies the
+// interface inbox.Relay reads the delay through (the inbox package cannot import turn), with
+// the delay given; one made with a negative delay asks for none.
+func TestRetryAfterTellsTheRelayItsDelay(t *testing.T) {
+	t.Parallel()
+	var ra interface{ RetryAfter() time.Duration }
+	require.True(t, errors.As(fmt.Errorf("deliver: %w", turn.RetryAfter(90*time.Second, errors.New("429"))), &ra))
+	require.Equal(t, 90*time.Second, ra.RetryAfter())
+	require.True(t, errors.As(turn.RetryAfter(-time.Second, errors.New("429")), &ra))
+	require.Zero(t, ra.RetryAfter())
+	require.False(t, errors.As(errors.New("503"), &ra))
+}

@@ -16,7 +16,8 @@ import (
 
 // RunRelay checks inbox.Relay on the outboxes newOutbox returns, one per subtest (run in
 // parallel): it delivers each intent once, retries a failed delivery then succeeds, buries an
-// intent after MaxAttempts or at once on a permanent error, delivers again after its lease an
+// intent after MaxAttempts or at once on a permanent error, waits out the delay a failed
+// delivery's error asks for (RetryAfter() time.Duration) when it exceeds the backoff, delivers again after its lease an
 // intent whose relay was shut down mid-delivery, and two relays on one outbox never deliver
 // one intent twice within its lease. Every Run returns nil once its context ends.
 func RunRelay(t *testing.T, newOutbox func(t *testing.T) inbox.Outbox) {
@@ -29,6 +30,7 @@ var relayCases = []suite.Case[inbox.Outbox]{
 	{Name: "RetriesThenSucceeds", Run: testRelayRetries},
 	{Name: "BuriesAfterMaxAttempts", Run: testRelayBuries},
 	{Name: "PermanentBuriesAtOnce", Run: testRelayPermanent},
+	{Name: "RetryAfterDelays", Run: testRelayRetryAfter},
 	{Name: "ShutdownMidDelivery", Run: testRelayShutdown},
 	{Name: "TwoRelays", Run: testTwoRelays},
 }
@@ -160,6 +162,47 @@ func testRelayBuries(t *testing.T, o inbox.Outbox) {
 	require.Equal(t, 3, it.Attempts)
 	require.Equal(t, "refused, try 3", it.Reason)
 	require.Equal(t, 3, got.of(ids[0]))
+}
+
+// retryAfterErr asks for its delay as turn.RetryAfter's errors do.
+type retryAfterErr struct {
+	error
+	after time.Duration
+}
+
+func (e retryAfterErr) RetryAfter() time.Duration { return e.after }
+
+// testRelayRetryAfter: a delivery that fails asking for an hour is due again an hour after it
+// failed, not after the relay's backoff of a few milliseconds (nor its Max), and counts an
+// attempt; one that asks for less than the backoff is due after the backoff.
+func testRelayRetryAfter(t *testing.T, o inbox.Outbox) {
+	_, ids := promoted(t, o, 2)
+	long, short := ids[0], ids[1]
+	var got deliveries
+	before := time.Now()
+	startRelay(t, &inbox.Relay{Outbox: o, Backoff: inbox.RelayBackoff{Initial: time.Minute, Max: time.Minute},
+		Deliver: func(_ context.Context, it inbox.Intent) error {
+			n := got.add(it.ID)
+			if it.ID == long {
+				return fmt.Errorf("wrapped: %w", retryAfterErr{fmt.Errorf("429 on try %d", n), time.Hour})
+			}
+			return retryAfterErr{fmt.Errorf("503 on try %d", n), time.Millisecond}
+		}})
+	for _, id := range ids {
+		require.Eventually(t, func() bool { return intentOf(t, o, id).Reason != "" }, wait, 5*time.Millisecond, "intent %s never failed", id)
+	}
+	it := intentOf(t, o, long)
+	require.Equal(t, inbox.IntentPending, it.Status)
+	require.Equal(t, "wrapped: 429 on try 1", it.Reason)
+	require.Equal(t, 1, it.Attempts)
+	require.False(t, it.NextAt.Before(before.Add(time.Hour)), "due at %v, before the hour asked for from %v", it.NextAt, before)
+	it = intentOf(t, o, short)
+	require.Equal(t, inbox.IntentPending, it.Status)
+	require.Equal(t, 1, it.Attempts)
+	// The backoff of a minute, ±50%, not the millisecond asked for.
+	require.False(t, it.NextAt.Before(before.Add(30*time.Second)), "due at %v, before the backoff from %v", it.NextAt, before)
+	require.True(t, it.NextAt.Before(time.Now().Add(time.Hour)), "due at %v: the short delay took the long one's", it.NextAt)
+	require.Equal(t, 1, got.of(long))
 }
 
 type permanentErr struct{ error }
