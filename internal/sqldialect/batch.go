@@ -22,7 +22,8 @@ type Batching struct {
 	// Size is the most writes one batch holds; at least 2 turns batching on, 0 leaves it off.
 	// A good figure is half the turns in flight at once (the consumer's MaxInFlight / 2, at
 	// most MaxBatchSize; with thousands in flight and a slow model, batches close on Wait
-	// long before they fill, and a few hundred serve as well: the scale benchmark's 256). A
+	// long before they fill: the scale benchmark meets its line at 256, not compared with
+	// other sizes). A
 	// batch that is full is sent at once, without waiting out Wait, and when turns come faster
 	// than the store serves them (a fast model), they move through a turn's batched calls
 	// (the inbox's Begin, the session's Get, the append) in groups of Size: two groups take
