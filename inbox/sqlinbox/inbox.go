@@ -187,6 +187,7 @@ func New(db *sql.DB, dialect Dialect, opts Options) (*Inbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlinbox: %w", err)
 	}
+	d = d.On(db)
 	if err := sqldialect.SizePool(db, opts.Concurrency); err != nil {
 		return nil, fmt.Errorf("sqlinbox: %w", err)
 	}

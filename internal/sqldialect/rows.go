@@ -42,12 +42,14 @@ type Col struct {
 
 // Rows describes the rows of a batched statement, given to it as a table named v: a common
 // table expression (WITH v (cols) AS (...)) that the statement reads. On PostgreSQL each column
-// is one parameter holding the column's values as an array (a text literal in PostgreSQL's
-// array syntax, made by pgx's pgtype and cast back to the column's array type, so that any
-// database/sql driver can send it), and unnest turns them back into rows: the statement's text
-// is the same for any number of rows, so the driver prepares it once per connection and the
-// server plans it once, instead of a statement of its own for every batch size. On SQLite, which
-// has no arrays, v is a VALUES list of one row of parameters per row.
+// is one parameter holding the column's values as an array, cast to the column's array type,
+// and unnest turns them back into rows: the statement's text is the same for any number of
+// rows, so the driver prepares it once per connection and the server plans it once, instead of
+// a statement of its own for every batch size. Through pgx's driver (see Dialect.On) the array
+// is a pgtype.FlatArray, which pgx sends in the binary format; through any other driver it is
+// a text literal in PostgreSQL's array syntax, made by pgx's pgtype, which any driver can send
+// and the server parses for the cast. On SQLite, which has no arrays, v is a VALUES list of one
+// row of parameters per row.
 type Rows struct {
 	d    *Dialect
 	name string // the table's name in the statement: "v" unless As says otherwise
@@ -84,7 +86,7 @@ func (r *Rows) CTE(n, first int) string {
 			if i > 0 {
 				q.WriteString(", ")
 			}
-			fmt.Fprintf(&q, "CAST(CAST($%d AS TEXT) AS %s[])", first+i, sqlType[c.Type])
+			fmt.Fprintf(&q, "CAST($%d AS %s[])", first+i, sqlType[c.Type])
 		}
 		q.WriteString("))")
 		return q.String()
@@ -120,8 +122,9 @@ func (r *Rows) Params(n int) int {
 }
 
 // Args returns the parameters of CTE for values, the rows' values one row after another
-// (len(values) a multiple of Width). On PostgreSQL it returns one array literal per column;
-// its error is a value of the wrong Go type for its column.
+// (len(values) a multiple of Width). On PostgreSQL it returns one array per column: a
+// pgtype.FlatArray through pgx's driver (Dialect.On), an array literal otherwise; its error
+// is a value of the wrong Go type for its column.
 func (r *Rows) Args(values []any) ([]any, error) {
 	w := len(r.cols)
 	if w == 0 || len(values)%w != 0 {
@@ -131,9 +134,19 @@ func (r *Rows) Args(values []any) ([]any, error) {
 		return values, nil
 	}
 	n := len(values) / w
+	args := make([]any, w)
+	if r.d.binaryArrays {
+		for i, c := range r.cols {
+			col, err := column(c, values, i, w, n)
+			if err != nil {
+				return nil, err
+			}
+			args[i] = col
+		}
+		return args, nil
+	}
 	m := pgMaps.Get().(*pgtype.Map)
 	defer pgMaps.Put(m)
-	args := make([]any, w)
 	for i, c := range r.cols {
 		col, err := column(c, values, i, w, n)
 		if err != nil {

@@ -3,6 +3,7 @@ package sqldialect_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"testing"
 	"time"
 
@@ -15,7 +16,9 @@ import (
 // TestRowsRoundTrip sends rows of every column type through Rows (arrays on PostgreSQL, a
 // VALUES list on SQLite) and reads them back unchanged: the characters PostgreSQL's array
 // syntax quotes or escapes, the empty string and the text "NULL", NUL and high bytes, NULLs
-// of every type, one row and many.
+// of every type, one row and many. On PostgreSQL both forms of the arrays go through: typed
+// arrays in the binary format (the dialect On a pgx database, as the stores use it) and text
+// literals (what any other driver sends).
 func TestRowsRoundTrip(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 12, 2, 7, 8, 9, 123456000, time.UTC)
@@ -32,8 +35,12 @@ func TestRowsRoundTrip(t *testing.T) {
 		rows = append(rows, row{s: s, i: int64(i) - 3, b: i%2 == 0, by: []byte(s + "\x00\xff\\\"")})
 	}
 	rows = append(rows, row{s: "nulls", i: 1 << 62, by: nil, t: time.Time{}}, row{s: "time", t: at})
-	for _, name := range []sqldialect.Name{sqldialect.PostgreSQL, sqldialect.SQLite} {
-		t.Run(string(name), func(t *testing.T) {
+	for _, form := range []struct {
+		name   sqldialect.Name
+		binary bool
+	}{{sqldialect.PostgreSQL, true}, {sqldialect.PostgreSQL, false}, {sqldialect.SQLite, false}} {
+		name := form.name
+		t.Run(fmt.Sprintf("%s/binary=%t", name, form.binary), func(t *testing.T) {
 			t.Parallel()
 			var db *sql.DB
 			if name == sqldialect.PostgreSQL {
@@ -43,6 +50,9 @@ func TestRowsRoundTrip(t *testing.T) {
 			}
 			d, err := sqldialect.For(name, "")
 			require.NoError(t, err)
+			if form.binary {
+				d = d.On(db)
+			}
 			r := d.Rows(sqldialect.Col{Name: "s", Type: sqldialect.ColText}, sqldialect.Col{Name: "i", Type: sqldialect.ColInt},
 				sqldialect.Col{Name: "b", Type: sqldialect.ColBool}, sqldialect.Col{Name: "by", Type: sqldialect.ColBytes},
 				sqldialect.Col{Name: "t", Type: sqldialect.ColTime})
@@ -54,6 +64,10 @@ func TestRowsRoundTrip(t *testing.T) {
 				args, err := r.Args(values)
 				require.NoError(t, err)
 				require.Len(t, args, r.Params(n))
+				if name == sqldialect.PostgreSQL {
+					_, literal := args[0].(string)
+					require.Equal(t, !form.binary, literal, "a text literal for the column, or a typed array: %T", args[0])
+				}
 				q := d.Query("WITH " + r.CTE(n, 1) + " SELECT s, i, b, by, t FROM v")
 				rs, err := db.QueryContext(context.Background(), q, args...)
 				require.NoError(t, err)
@@ -93,4 +107,38 @@ func TestRowsArgsRefusesWrongTypes(t *testing.T) {
 	r := d.Rows(sqldialect.Col{Name: "a", Type: sqldialect.ColText}, sqldialect.Col{Name: "b", Type: sqldialect.ColText})
 	_, err = r.Args([]any{"one"})
 	require.ErrorContains(t, err, "1 values for rows of 2 columns")
+}
+
+// TestOnTellsPgxFromOtherDrivers: Dialect.On turns the binary arrays on for PostgreSQL through
+// pgx's driver only. Through SQLite, or with no database, it returns the dialect unchanged;
+// a PostgreSQL dialect on a database of another driver keeps the text literals (its Args give
+// strings).
+func TestOnTellsPgxFromOtherDrivers(t *testing.T) {
+	t.Parallel()
+	pg, err := sqldialect.For(sqldialect.PostgreSQL, "")
+	require.NoError(t, err)
+	lite, err := sqldialect.For(sqldialect.SQLite, "")
+	require.NoError(t, err)
+	sqliteDB := sqltest.SQLiteMemory(t)
+	require.Same(t, lite, lite.On(sqliteDB))
+	require.Same(t, pg, pg.On(nil))
+	// A PostgreSQL dialect on a database whose driver is not pgx's (here SQLite's, standing for
+	// lib/pq or any other): unchanged.
+	require.Same(t, pg, pg.On(sqliteDB))
+	col := sqldialect.Col{Name: "x", Type: sqldialect.ColInt}
+	args, err := pg.Rows(col).Args([]any{int64(1)})
+	require.NoError(t, err)
+	require.IsType(t, "", args[0])
+
+	pgxDB, err := sql.Open("pgx", sqltest.PostgresDSN()) // no connection is made: On reads the driver only
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, pgxDB.Close()) })
+	on := pg.On(pgxDB)
+	require.NotSame(t, pg, on)
+	require.Equal(t, pg.Name(), on.Name())
+	require.Equal(t, pg.Prefix(), on.Prefix())
+	args, err = on.Rows(col).Args([]any{int64(1)})
+	require.NoError(t, err)
+	_, literal := args[0].(string)
+	require.False(t, literal, "pgx gets a typed array: %T", args[0])
 }

@@ -223,6 +223,7 @@ func New(db *sql.DB, dialect Dialect, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlsession: %w", err)
 	}
+	d = d.On(db)
 	if err := opts.Batch.Validate(); err != nil {
 		return nil, fmt.Errorf("sqlsession: Options.Batch: %w", err)
 	}
