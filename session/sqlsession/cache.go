@@ -35,6 +35,9 @@ type cachedSession struct {
 	count   int64 // the seq of the newest event held: the session's event_count when read or written
 	keep    int   // how many events to hold: the recent of the last Get
 	events  []session.Event
+	// room is the room left past the claimed end of events' array (see appended), shared by
+	// the entries on that array; nil for an entry whose array is never written (got's).
+	room *atomic.Int64
 }
 
 // from is the seq before the first event held: the cache holds the events numbered from+1 to
@@ -98,7 +101,10 @@ func (c *recentCache) got(key session.Key, id int64, created time.Time, count in
 	if c == nil {
 		return events
 	}
-	c.lru.Add(batchKey(key), &cachedSession{id: id, created: created, app: key.App, owner: key.User, count: count, keep: recent, events: events})
+	// Clipped and with no room counter: the first append makes a new array rather than write
+	// into one that events may share with an older entry.
+	c.lru.Add(batchKey(key), &cachedSession{id: id, created: created, app: key.App, owner: key.User, count: count, keep: recent,
+		events: slices.Clip(events)})
 	return slices.Clip(slices.Clone(events))
 }
 
@@ -124,6 +130,15 @@ func (c *cachedSession) merged(h hint, id, count int64, recent int, read []sessi
 // whose new events are events: a session the cache holds up to the append's first event gets
 // them (the oldest dropped past its keep); any other is left as it is, since the events held
 // are still the stored ones.
+//
+// The new events go after the held ones in the same array while it has room, so that a turn
+// copies its own events, not the whole window: the window is copied only into a new array,
+// of twice keep, when the array is full. The room past the end of an array's slices is
+// claimed with its room counter, shared by every entry on the array, before it is written:
+// each slot is written once, by the append that claimed it, and a slice read (an entry's,
+// or merged's, which got copies) never reaches a slot claimed after the slice was made. An
+// entry whose end is no longer the array's claimed end (an older entry that got put back, or
+// a session row that took the id of a deleted one) makes a new array instead.
 func (c *recentCache) appended(key session.Key, id, count int64, events []session.Event) {
 	if c == nil {
 		return
@@ -132,9 +147,24 @@ func (c *recentCache) appended(key session.Key, id, count int64, events []sessio
 	if !ok || prev.id != id || prev.count != count-int64(len(events)) {
 		return
 	}
-	all := append(slices.Clip(prev.events), events...)
-	all = all[max(len(all)-prev.keep, 0):]
-	c.lru.Add(batchKey(key), &cachedSession{id: id, created: prev.created, app: prev.app, owner: prev.owner, count: count, keep: prev.keep, events: all})
+	keep, n := prev.keep, len(events)
+	var (
+		all  []session.Event
+		room = prev.room
+	)
+	if free := cap(prev.events) - len(prev.events); room != nil && free >= n && room.CompareAndSwap(int64(free), int64(free-n)) {
+		all = append(prev.events, events...) // into the room claimed: no new array
+	} else {
+		held := prev.events[min(max(len(prev.events)+n-keep, 0), len(prev.events)):] // the ones kept
+		all = make([]session.Event, 0, max(2*keep, len(held)+n))
+		all = append(append(all, held...), events...)
+		room = new(atomic.Int64)
+		room.Store(int64(cap(all) - len(all)))
+	}
+	// Cutting the front leaves cap-len, the room past the end, as it was.
+	all = all[max(len(all)-keep, 0):]
+	c.lru.Add(batchKey(key), &cachedSession{id: id, created: prev.created, app: prev.app, owner: prev.owner,
+		count: count, keep: keep, events: all, room: room})
 }
 
 // forget drops what the cache holds of key's session.

@@ -1,0 +1,81 @@
+package sqlsession
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/turnstile-go/turnstile/session"
+)
+
+// turnEvents returns n events named after turn.
+func turnEvents(turn string, n int) []session.Event {
+	out := make([]session.Event, n)
+	for i := range out {
+		out[i] = session.Event{ID: fmt.Sprintf("%s-%d", turn, i), Text: turn}
+	}
+	return out
+}
+
+// TestCacheAppendsInPlaceOnlyIntoRoomItClaimed: successive appends write into one array while
+// it has room, and an entry whose end is not the array's claimed end (an older entry put back
+// by a Get that read before the last append) makes a new array: the events of the newer
+// entries, which readers may hold, are never overwritten.
+func TestCacheAppendsInPlaceOnlyIntoRoomItClaimed(t *testing.T) {
+	t.Parallel()
+	c := newRecentCache(8)
+	key := session.Key{App: "a", User: "u", Conversation: "c"}
+	created := time.Now()
+	c.got(key, 1, created, 2, 4, turnEvents("r0", 2)) // events 1-2, keeps 4
+	c.appended(key, 1, 4, turnEvents("r1", 2))         // a new array: got's is clipped
+	first := c.lookup(key)
+	require.Equal(t, int64(4), first.count)
+	require.Len(t, first.events, 4)
+	require.NotNil(t, first.room)
+	require.Positive(t, cap(first.events)-len(first.events), "room left for the next append")
+
+	c.appended(key, 1, 5, turnEvents("r2", 1))
+	second := c.lookup(key)
+	require.Len(t, second.events, 4)
+	require.Same(t, &first.events[len(first.events)-1], &second.events[len(second.events)-2],
+		"the next append went into the same array")
+	require.Equal(t, "r2", second.events[3].Text)
+
+	// A Get that looked the session up before the last append puts the older entry back; an
+	// append from it must not write where the second entry's last event is.
+	c.lru.Add(batchKey(key), first)
+	c.appended(key, 1, 5, turnEvents("other", 1))
+	third := c.lookup(key)
+	require.Equal(t, "other", third.events[3].Text)
+	require.Equal(t, "r2", second.events[3].Text, "the newer entry's events are as they were")
+	require.NotSame(t, &second.events[0], &third.events[0])
+
+	// Appends larger than the whole window keep its newest events.
+	c.appended(key, 1, 15, turnEvents("big", 10))
+	got := c.lookup(key)
+	require.Len(t, got.events, 4)
+	require.Equal(t, "big-9", got.events[3].ID)
+	require.Equal(t, "big-6", got.events[0].ID)
+}
+
+// BenchmarkCacheAppended records turns of two events into the cache of a session that keeps
+// its 50 newest (a turn's default history): the copy a turn makes is of its own events, the
+// window copied only when its array fills.
+func BenchmarkCacheAppended(b *testing.B) {
+	c := newRecentCache(8)
+	key := session.Key{App: "a", User: "u", Conversation: "c"}
+	const keep = 50
+	count := int64(keep)
+	c.got(key, 1, time.Now(), count, keep, turnEvents("start", keep))
+	events := turnEvents("turn", 2)
+	b.ReportAllocs()
+	for b.Loop() {
+		count += int64(len(events))
+		c.appended(key, 1, count, events)
+	}
+	if got := c.lookup(key); got == nil || got.count != count {
+		b.Fatal("the cache lost the session")
+	}
+}
