@@ -29,7 +29,7 @@ func TestCacheAppendsInPlaceOnlyIntoRoomItClaimed(t *testing.T) {
 	key := session.Key{App: "a", User: "u", Conversation: "c"}
 	created := time.Now()
 	c.got(key, 1, created, 2, 4, turnEvents("r0", 2)) // events 1-2, keeps 4
-	c.appended(key, 1, 4, turnEvents("r1", 2))         // a new array: got's is clipped
+	c.appended(key, 1, 4, turnEvents("r1", 2))        // a new array: got's is clipped
 	first := c.lookup(key)
 	require.Equal(t, int64(4), first.count)
 	require.Len(t, first.events, 4)
