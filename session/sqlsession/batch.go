@@ -443,9 +443,9 @@ func (s *Store) getMany(ctx context.Context, reqs []getReq) ([]loaded, error) {
 		if !g.found || g.owner != r.key.User {
 			continue
 		}
-		events := held[i].merged(hints[i], g.id, g.out.EventCount, r.recent, g.out.Events)
+		events, room := held[i].merged(hints[i], g.id, g.out.EventCount, r.recent, g.out.Events)
 		s.cache.served.Add(int64(len(events) - len(g.out.Events)))
-		g.out.Events = s.cache.got(r.key, g.id, g.out.CreatedAt, g.out.EventCount, r.recent, events)
+		g.out.Events = s.cache.got(r.key, g.id, g.out.CreatedAt, g.out.EventCount, r.recent, events, room)
 	}
 	return got, nil
 }

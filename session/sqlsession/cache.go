@@ -94,26 +94,31 @@ func (c *cachedSession) same(id int64, created time.Time) bool {
 }
 
 // got records a Get's outcome: the session row id of key created at created, at event_count
-// count, whose newest events (up to recent of them) are events. It returns events, as the
-// caller may keep them: a copy whose capacity is its length, so that an append to it never
-// writes into the cache's.
-func (c *recentCache) got(key session.Key, id int64, created time.Time, count int64, recent int, events []session.Event) []session.Event {
+// count, whose newest events (up to recent of them) are events. room is the room counter of
+// events' array when events ends where an entry on that array ends (merged's held events,
+// see appended), else nil: the entry is then clipped, and the first append to it makes a new
+// array rather than write into one that events may share with another entry. It returns
+// events, as the caller may keep them: a copy whose capacity is its length, so that an append
+// to it never writes into the cache's.
+func (c *recentCache) got(key session.Key, id int64, created time.Time, count int64, recent int, events []session.Event, room *atomic.Int64) []session.Event {
 	if c == nil {
 		return events
 	}
-	// Clipped and with no room counter: the first append makes a new array rather than write
-	// into one that events may share with an older entry.
+	if room == nil {
+		events = slices.Clip(events)
+	}
 	c.lru.Add(batchKey(key), &cachedSession{id: id, created: created, app: key.App, owner: key.User, count: count, keep: recent,
-		events: slices.Clip(events)})
+		events: events, room: room})
 	return slices.Clip(slices.Clone(events))
 }
 
 // merged returns the recent events of a session at event_count count that a Get finds: the
 // held ones above count-recent, when h covers the read (see covers), then the ones the query
-// read, which are all above those held.
-func (c *cachedSession) merged(h hint, id, count int64, recent int, read []session.Event) []session.Event {
+// read, which are all above those held. When they are the held ones alone, it returns their
+// array's room counter too (for got), else nil.
+func (c *cachedSession) merged(h hint, id, count int64, recent int, read []session.Event) ([]session.Event, *atomic.Int64) {
 	if c == nil || !h.covers(id, count, recent) {
-		return read
+		return read, nil
 	}
 	lower := count - int64(recent)
 	var held []session.Event
@@ -121,9 +126,9 @@ func (c *cachedSession) merged(h hint, id, count int64, recent int, read []sessi
 		held = c.events[max(start, 0):]
 	}
 	if len(read) == 0 {
-		return held
+		return held, c.room
 	}
-	return append(slices.Clip(held), read...)
+	return append(slices.Clip(held), read...), nil
 }
 
 // appended records a committed append to key's session row id, now at event_count count,

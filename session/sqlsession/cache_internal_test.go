@@ -28,8 +28,8 @@ func TestCacheAppendsInPlaceOnlyIntoRoomItClaimed(t *testing.T) {
 	c := newRecentCache(8)
 	key := session.Key{App: "a", User: "u", Conversation: "c"}
 	created := time.Now()
-	c.got(key, 1, created, 2, 4, turnEvents("r0", 2)) // events 1-2, keeps 4
-	c.appended(key, 1, 4, turnEvents("r1", 2))        // a new array: got's is clipped
+	c.got(key, 1, created, 2, 4, turnEvents("r0", 2), nil) // events 1-2, keeps 4
+	c.appended(key, 1, 4, turnEvents("r1", 2))             // a new array: got's is clipped
 	first := c.lookup(key)
 	require.Equal(t, int64(4), first.count)
 	require.Len(t, first.events, 4)
@@ -42,6 +42,16 @@ func TestCacheAppendsInPlaceOnlyIntoRoomItClaimed(t *testing.T) {
 	require.Same(t, &first.events[len(first.events)-1], &second.events[len(second.events)-2],
 		"the next append went into the same array")
 	require.Equal(t, "r2", second.events[3].Text)
+
+	// A Get that finds nothing newer than the cache holds keeps the entry on its array, and the
+	// next append still goes into it.
+	held := c.lookup(key)
+	events, room := held.merged(held.hint(), 1, 5, 4, nil)
+	require.Same(t, second.room, room)
+	c.got(key, 1, created, 5, 4, events, room)
+	c.appended(key, 1, 6, turnEvents("r3", 1))
+	require.Same(t, &second.events[len(second.events)-1], &c.lookup(key).events[2], "in place after a Get")
+	c.lru.Add(batchKey(key), second) // as it was, for what follows
 
 	// A Get that looked the session up before the last append puts the older entry back; an
 	// append from it must not write where the second entry's last event is.
@@ -60,18 +70,25 @@ func TestCacheAppendsInPlaceOnlyIntoRoomItClaimed(t *testing.T) {
 	require.Equal(t, "big-6", got.events[0].ID)
 }
 
-// BenchmarkCacheAppended records turns of two events into the cache of a session that keeps
-// its 50 newest (a turn's default history): the copy a turn makes is of its own events, the
-// window copied only when its array fills.
-func BenchmarkCacheAppended(b *testing.B) {
+// BenchmarkCacheTurn is the cache's work for one turn of two events on a session that keeps
+// its 50 newest (a turn's default history), when the member's cache holds the session up to
+// date, as it does for the conversations of its partitions: the Get served from the cache
+// (merged, got, and the caller's copy), then the append recorded.
+func BenchmarkCacheTurn(b *testing.B) {
 	c := newRecentCache(8)
 	key := session.Key{App: "a", User: "u", Conversation: "c"}
 	const keep = 50
 	count := int64(keep)
-	c.got(key, 1, time.Now(), count, keep, turnEvents("start", keep))
+	created := time.Now()
+	c.got(key, 1, created, count, keep, turnEvents("start", keep), nil)
 	events := turnEvents("turn", 2)
 	b.ReportAllocs()
 	for b.Loop() {
+		held := c.lookup(key)
+		got, room := held.merged(held.hint(), 1, count, keep, nil)
+		if len(c.got(key, 1, created, count, keep, got, room)) != keep {
+			b.Fatal("a Get did not find the window")
+		}
 		count += int64(len(events))
 		c.appended(key, 1, count, events)
 	}
