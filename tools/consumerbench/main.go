@@ -22,7 +22,9 @@
 // prints the cores turnstile used during its run, and CONSUMERBENCH_BARE=1 replaces the
 // Runner with a Handler that returns a fixed Result (the engine alone, no stores).
 // CONSUMERBENCH_ONLY=turnstile (or raw) runs one side of -scenario overhead, for a profile of
-// that side alone; its ratio is then meaningless.
+// that side alone; its ratio is then meaningless. CONSUMERBENCH_KEEP_TABLES=1 leaves the
+// PostgreSQL sides' tables in place after the run (they are dropped otherwise), for looking
+// into their plans and sizes; their prefix starts with "bench_".
 package main
 
 import (

@@ -62,7 +62,7 @@ func durableBatched(ctx context.Context, driver, dsn string, dialect sqlsession.
 		_, _ = db.ExecContext(ctx, "CHECKPOINT")
 	}
 	cleanup := func() {
-		if dialect == sqlsession.PostgreSQL {
+		if dialect == sqlsession.PostgreSQL && os.Getenv("CONSUMERBENCH_KEEP_TABLES") == "" {
 			for _, t := range []string{"events", "sessions", "inbox", "inbox_steps", "outbox", "schema_version"} {
 				_, _ = db.ExecContext(ctx, "DROP TABLE IF EXISTS "+prefix+t+" CASCADE")
 			}
