@@ -131,6 +131,11 @@ func (c *cachedSession) merged(h hint, id, count int64, recent int, read []sessi
 	return append(slices.Clip(held), read...), nil
 }
 
+// roomFrom is the fewest events a window holds before appended leaves room after it: a
+// smaller one is copied whole at each append, which costs little, and takes no more memory
+// than its events (the scale scenario caches 20,000 sessions of a few events each).
+const roomFrom = 16
+
 // appended records a committed append to key's session row id, now at event_count count,
 // whose new events are events: a session the cache holds up to the append's first event gets
 // them (the oldest dropped past its keep); any other is left as it is, since the events held
@@ -138,7 +143,8 @@ func (c *cachedSession) merged(h hint, id, count int64, recent int, read []sessi
 //
 // The new events go after the held ones in the same array while it has room, so that a turn
 // copies its own events, not the whole window: the window is copied only into a new array,
-// of twice keep, when the array is full. The room past the end of an array's slices is
+// with as much room again (to twice keep), when the array is full; a window of fewer than
+// roomFrom events is copied whole. The room past the end of an array's slices is
 // claimed with its room counter, shared by every entry on the array, before it is written:
 // each slot is written once, by the append that claimed it, and a slice read (an entry's,
 // or merged's, which got copies) never reaches a slot claimed after the slice was made. An
@@ -161,7 +167,12 @@ func (c *recentCache) appended(key session.Key, id, count int64, events []sessio
 		all = append(prev.events, events...) // into the room claimed: no new array
 	} else {
 		held := prev.events[min(max(len(prev.events)+n-keep, 0), len(prev.events)):] // the ones kept
-		all = make([]session.Event, 0, max(2*keep, len(held)+n))
+		size := len(held) + n
+		spare := 0 // room for the next appends: as much again as the window, to twice keep
+		if size >= roomFrom {
+			spare = max(min(size, 2*keep-size), 0)
+		}
+		all = make([]session.Event, 0, size+spare)
 		all = append(append(all, held...), events...)
 		room = new(atomic.Int64)
 		room.Store(int64(cap(all) - len(all)))
