@@ -8,6 +8,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"strings"
 	"time"
 
@@ -36,6 +38,9 @@ type flags struct {
 	timeout *time.Duration
 	// temporal, namespace and idPrefix reach the Temporal mode's workflows (withTemporal).
 	temporal, namespace, idPrefix *string
+	// createsDB: the command may create a SQLite database file that does not exist (migrate).
+	// Every other command refuses one, rather than leave an empty file behind a mistyped path.
+	createsDB bool
 }
 
 // envPrefix starts the name of every flag's environment variable: --table-prefix is also
@@ -177,6 +182,14 @@ func (f *flags) database() (*sql.DB, sqlinbox.Dialect, error) {
 		driver, dialect = "pgx", sqlinbox.PostgreSQL
 	case strings.HasPrefix(dsn, "sqlite:"):
 		driver, dialect = "sqlite", sqlinbox.SQLite
+		path, _, _ := strings.Cut(strings.TrimPrefix(dsn, "sqlite:"), "?")
+		if !f.createsDB && !strings.HasPrefix(path, ":memory:") {
+			// Opening a missing file creates it (SQLite's default): a read or a repair on a
+			// mistyped path would leave an empty database there and report no rows.
+			if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+				return nil, "", fmt.Errorf("no SQLite database at %s (check --db; turnstile migrate creates one)", path)
+			}
+		}
 		dsn = "file:" + strings.TrimPrefix(dsn, "sqlite:")
 		if !strings.Contains(dsn, "?") {
 			dsn += "?_pragma=busy_timeout(5000)"

@@ -543,3 +543,27 @@ func TestUsageAndFailures(t *testing.T) {
 	code, _, errOut = cli(t, "session", "show", "--db=sqlite:"+filepath.Join(t.TempDir(), "nope", "x.db"), "--user=u", "--conversation=c")
 	require.Equal(t, exitFailed, code, errOut)
 }
+
+// TestMissingSQLiteFileIsRefusedNotCreated: a command other than migrate given a SQLite path
+// with no file fails and says so, and leaves no file behind (SQLite creates one on open);
+// migrate creates it, and the same command then runs.
+func TestMissingSQLiteFileIsRefusedNotCreated(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "typo.db")
+	for _, args := range [][]string{
+		{"outbox", "list"},
+		{"inbox", "get", "--key=k/1"},
+		{"session", "show", "--user=u", "--conversation=c"},
+		{"inbox", "purge", "--older-than=24h"},
+	} {
+		code, _, errOut := cli(t, append(args, "--db=sqlite:"+path+"?_pragma=busy_timeout(1000)")...)
+		require.Equal(t, exitFailed, code, "%v: %s", args, errOut)
+		require.Contains(t, errOut, "no SQLite database at "+path, args)
+		require.NoFileExists(t, path, args)
+	}
+	code, _, errOut := cli(t, "migrate", "--db=sqlite:"+path)
+	require.Equal(t, 0, code, errOut)
+	require.FileExists(t, path)
+	code, _, errOut = cli(t, "outbox", "list", "--db=sqlite:"+path)
+	require.Equal(t, 0, code, errOut)
+}

@@ -76,7 +76,8 @@ Examples:
 const migrateUsage = `
 Creates or upgrades the session and inbox tables (with --ledger, Temporal mode's ledger too)
 to this version's schema. Safe to run from several places at once, and again: what is done
-already is left alone.
+already is left alone. A SQLite file that does not exist is created (no other command
+creates one: they fail with "no SQLite database at PATH").
 
 Examples:
   turnstile migrate --db postgres://turnstile@db:5432/agent
@@ -379,6 +380,7 @@ func dryRunDelete(ctx context.Context, e *env, ss *sqlsession.Store, lf sqlsessi
 
 func migrateCmd(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "migrate", migrateUsage).withDB()
+	f.createsDB = true
 	ledger := f.Bool("ledger", false, "also the Temporal mode's ledger tables (workflow.SQLLedger)")
 	if err := f.parse(args); err != nil {
 		return err
