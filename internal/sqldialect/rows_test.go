@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,14 +39,27 @@ func TestRowsRoundTrip(t *testing.T) {
 	for _, form := range []struct {
 		name   sqldialect.Name
 		binary bool
-	}{{sqldialect.PostgreSQL, true}, {sqldialect.PostgreSQL, false}, {sqldialect.SQLite, false}} {
+		simple bool // pgx's simple protocol (as behind PgBouncer's transaction pooling): pgx writes the arrays into the SQL text
+	}{{sqldialect.PostgreSQL, true, false}, {sqldialect.PostgreSQL, true, true}, {sqldialect.PostgreSQL, false, false}, {sqldialect.SQLite, false, false}} {
 		name := form.name
-		t.Run(fmt.Sprintf("%s/binary=%t", name, form.binary), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/binary=%t/simple=%t", name, form.binary, form.simple), func(t *testing.T) {
 			t.Parallel()
 			var db *sql.DB
-			if name == sqldialect.PostgreSQL {
+			switch {
+			case form.simple:
+				sqltest.Postgres(t) // skips, or fails under CI, when PostgreSQL is unreachable
+				dsn := sqltest.PostgresDSN()
+				sep := "?"
+				if strings.Contains(dsn, "?") {
+					sep = "&"
+				}
+				var err error
+				db, err = sql.Open("pgx", dsn+sep+"default_query_exec_mode=simple_protocol")
+				require.NoError(t, err)
+				t.Cleanup(func() { require.NoError(t, db.Close()) })
+			case name == sqldialect.PostgreSQL:
 				db = sqltest.Postgres(t)
-			} else {
+			default:
 				db = sqltest.SQLiteMemory(t)
 			}
 			d, err := sqldialect.For(name, "")
