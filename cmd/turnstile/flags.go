@@ -182,7 +182,8 @@ func (f *flags) database() (*sql.DB, sqlinbox.Dialect, error) {
 		driver, dialect = "pgx", sqlinbox.PostgreSQL
 	case strings.HasPrefix(dsn, "sqlite:"):
 		driver, dialect = "sqlite", sqlinbox.SQLite
-		path, _, _ := strings.Cut(strings.TrimPrefix(dsn, "sqlite:"), "?")
+		dsn = strings.TrimPrefix(dsn, "sqlite:")
+		path, _, _ := strings.Cut(dsn, "?")
 		if !f.createsDB && !strings.HasPrefix(path, ":memory:") {
 			// Opening a missing file creates it (SQLite's default): a read or a repair on a
 			// mistyped path would leave an empty database there and report no rows.
@@ -190,7 +191,7 @@ func (f *flags) database() (*sql.DB, sqlinbox.Dialect, error) {
 				return nil, "", fmt.Errorf("no SQLite database at %s (check --db; turnstile migrate creates one)", path)
 			}
 		}
-		dsn = "file:" + strings.TrimPrefix(dsn, "sqlite:")
+		dsn = "file:" + dsn
 		if !strings.Contains(dsn, "?") {
 			dsn += "?_pragma=busy_timeout(5000)"
 		}

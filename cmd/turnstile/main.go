@@ -42,8 +42,9 @@
 // TURNSTILE_TABLE_PREFIX), which --help names; the command line wins. Kafka is reached at
 // --brokers, the database at --db: postgres://... for PostgreSQL, sqlite:PATH for SQLite
 // (a file that migrate alone creates: any other command fails on a missing one rather than
-// leave an empty database behind a mistyped path). A table that is not there (another --table-prefix than the service's, or no migrate yet)
-// gets a hint naming --table-prefix and its variable. --json output is snake_case, like
+// leave an empty database behind a mistyped path). A table that is not there (another
+// --table-prefix than the service's, or no migrate yet) gets a hint naming --table-prefix
+// and its variable. --json output is snake_case, like
 // turnstile's records.
 //
 // Exit codes: 0 done; 1 the command failed (an unreachable broker or database, a broker or

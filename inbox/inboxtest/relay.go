@@ -17,8 +17,8 @@ import (
 // RunRelay checks inbox.Relay on the outboxes newOutbox returns, one per subtest (run in
 // parallel): it delivers each intent once, retries a failed delivery then succeeds, buries an
 // intent after MaxAttempts or at once on a permanent error, waits out the delay a failed
-// delivery's error asks for (RetryAfter() time.Duration) when it exceeds the backoff, delivers again after its lease an
-// intent whose relay was shut down mid-delivery, and two relays on one outbox never deliver
+// delivery's error asks for (RetryAfter() time.Duration) when it exceeds the backoff,
+// delivers again after its lease an intent whose relay was shut down mid-delivery, and two relays on one outbox never deliver
 // one intent twice within its lease. Every Run returns nil once its context ends.
 func RunRelay(t *testing.T, newOutbox func(t *testing.T) inbox.Outbox) {
 	t.Helper()

@@ -135,22 +135,19 @@ func (r *Rows) Args(values []any) ([]any, error) {
 	}
 	n := len(values) / w
 	args := make([]any, w)
-	if r.d.binaryArrays {
-		for i, c := range r.cols {
-			col, err := column(c, values, i, w, n)
-			if err != nil {
-				return nil, err
-			}
-			args[i] = col
-		}
-		return args, nil
+	var m *pgtype.Map // for the text literals only
+	if !r.d.binaryArrays {
+		m = pgMaps.Get().(*pgtype.Map)
+		defer pgMaps.Put(m)
 	}
-	m := pgMaps.Get().(*pgtype.Map)
-	defer pgMaps.Put(m)
 	for i, c := range r.cols {
 		col, err := column(c, values, i, w, n)
 		if err != nil {
 			return nil, err
+		}
+		if r.d.binaryArrays {
+			args[i] = col
+			continue
 		}
 		buf, err := m.Encode(arrayOID[c.Type], pgtype.TextFormatCode, col, nil)
 		if err != nil {

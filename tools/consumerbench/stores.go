@@ -94,8 +94,8 @@ var storeSides = []storeSide{
 }
 
 // stores: 64 turns in flight over PostgreSQL and a SQLite file, each with the stores' writes
-// batched (Options.Batch, batches of up to -batch-size, default 32) and not, against the in-memory stores, on the
-// same records; an instant model unless -model says otherwise.
+// batched (Options.Batch, batches of up to -batch-size, default 32) and not, against the
+// in-memory stores, on the same records; an instant model unless -model says otherwise.
 func stores(ctx context.Context, o options) error {
 	n := orDefault(o.records, 10000)
 	const inFlight, maxOpen = 64, 40
