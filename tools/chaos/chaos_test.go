@@ -99,6 +99,7 @@ func runShort(t *testing.T, exe string, cell Cell) {
 		require.Positive(t, fig.WorkerKills, "kill -9s of workers")
 		require.Positive(t, fig.Kills, "kill -9s of bridge members")
 		require.Equal(t, 1, fig.ServerRestarts, "dev server restarts")
+		require.Positive(t, fig.Batches, "batches handed off by the members with MaxBatch %d (seed %d)", cell.MemberMaxBatch(1), cfg.Seed)
 	}
 	require.Empty(t, fig.Failures, "cell %s seed %d", cell, cfg.Seed)
 	for name, v := range map[string]int{"lost": fig.Lost, "duplicate turns": fig.DuplicateTurns,

@@ -37,6 +37,9 @@ type Figures struct {
 	Bursts         int // 429 bursts
 	Crashes        int // member exits by a poison request
 	MemberFails    int // member exits the run did not cause (an error from Run, say)
+	// Batches counts the batches of two or more records the members handed off in one call
+	// (Cell.MemberMaxBatch), from their logs.
+	Batches int
 
 	ResultRecords int // records on the results topic (a request's result may repeat)
 	Turns         int // turns in the session histories
@@ -87,7 +90,7 @@ type Figures struct {
 func (f *Figures) Line() string {
 	var temporal string
 	if f.Cell.Temporal() {
-		temporal = fmt.Sprintf(" workers=%d worker_kills=%d server_restarts=%d", f.Workers, f.WorkerKills, f.ServerRestarts)
+		temporal = fmt.Sprintf(" workers=%d worker_kills=%d server_restarts=%d batches=%d", f.Workers, f.WorkerKills, f.ServerRestarts, f.Batches)
 	}
 	return fmt.Sprintf("cell=%s requests=%d conversations=%d invalid=%d poison=%d strangers=%d panics=%d limited=%d members=%d%s kills=%d sigterms=%d db_kills=%d (connections=%d) restarts=%d bursts=%d poison_crashes=%d member_failures=%d "+
 		"results=%d turns=%d refunds=%d refund_calls=%d model_steps=%d extra_model_steps=%d (bound %d) emails=%d email_redeliveries=%d "+

@@ -60,6 +60,7 @@ type childArgs struct {
 	Results     string
 	DeadLetters string
 	MaxInFlight int
+	MaxBatch    int // consumer.Config.MaxBatch (Cell.MemberMaxBatch); over 1 also turns telemetry on
 	Faults      modelFaults
 
 	// Temporal mode: the dev server's frontend and the conversation workflows' task queue.
@@ -194,11 +195,15 @@ func runMember(a childArgs) int {
 		Sarama:        memberSarama(a.Name),
 		Logger:        log,
 	}
-	switch a.Cell {
-	case CellByKeyOTel:
+	if a.MaxBatch > 1 {
+		cfg.MaxBatch = a.MaxBatch
+	}
+	if a.Cell == CellByKeyOTel || a.MaxBatch > 1 {
 		tel, shutdown := sdkTelemetry()
 		defer shutdown()
 		cfg.Telemetry = tel
+	}
+	switch a.Cell {
 	case CellByPartition:
 		cfg.Ordering = consumer.OrderByPartition
 	case CellTransactional:
@@ -218,7 +223,7 @@ func runMember(a childArgs) int {
 			log.Error("bridge", "err", err)
 			return exitFailed
 		}
-		h = panickyBridge{b}
+		h = panickyBridge{b, log}
 	} else {
 		st, err := openStores(a)
 		if err != nil {
@@ -359,9 +364,13 @@ func withAppName(dsn, name string) (string, error) {
 }
 
 // panickyBridge is the Temporal cell's Handler: the bridge behind a decorator that panics on
-// the requests of kindPanicHandler. It forwards the dead-letter notice
-// (consumer.DeadLetterNotifier), so the workflow passes over the requests it dead-letters.
-type panickyBridge struct{ *workflow.Bridge }
+// the requests of kindPanicHandler, alone or in a batch. It forwards the dead-letter notice
+// (consumer.DeadLetterNotifier), so the workflow passes over the requests it dead-letters, and
+// logs each batch it hands off (batchHandedOff), for Figures.Batches.
+type panickyBridge struct {
+	*workflow.Bridge
+	log *slog.Logger
+}
 
 func (h panickyBridge) Handle(ctx context.Context, req turn.Request) (*turn.Result, error) {
 	if strings.HasSuffix(req.Text, kindPanicHandler.suffix()) {
@@ -370,7 +379,29 @@ func (h panickyBridge) Handle(ctx context.Context, req turn.Request) (*turn.Resu
 	return h.Bridge.Handle(ctx, req)
 }
 
-var _ consumer.DeadLetterNotifier = panickyBridge{}
+// HandleBatch implements consumer.BatchHandler: a batch that holds a request of
+// kindPanicHandler panics (the consumer then serves its requests one by one, and Handle panics
+// on that one); any other is the bridge's.
+func (h panickyBridge) HandleBatch(ctx context.Context, reqs []turn.Request) error {
+	for _, req := range reqs {
+		if strings.HasSuffix(req.Text, kindPanicHandler.suffix()) {
+			panic("chaos: the member's Handler panics on a batch with request " + req.ID)
+		}
+	}
+	if err := h.Bridge.HandleBatch(ctx, reqs); err != nil {
+		return err
+	}
+	h.log.Warn(batchHandedOff, "records", len(reqs), "conversation_id", reqs[0].ConversationID)
+	return nil
+}
+
+// batchHandedOff is the message of the line a member logs for each batch it handed off.
+const batchHandedOff = "chaos: batch handed off"
+
+var (
+	_ consumer.DeadLetterNotifier = panickyBridge{}
+	_ consumer.BatchHandler       = panickyBridge{}
+)
 
 // workerMaxRateLimits is the workers' WorkerOptions.MaxRateLimits. The activity counts its
 // rate-limited attempts without telling a request's own limit from the provider's, so the bound

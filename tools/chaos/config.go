@@ -60,6 +60,22 @@ func (c Cell) Batched() bool {
 	return c == CellByKeyOTel || c == CellTransactional || c == CellTemporal
 }
 
+// MemberMaxBatch returns consumer.Config.MaxBatch for the member of the cell at index i (from
+// 0): in the Temporal cell every member but the first hands a conversation's waiting records
+// to its workflow in one signal (workflow.Bridge, a consumer.BatchHandler), up to
+// memberMaxBatch of them, with telemetry on, so that one run holds batched and single
+// hand-offs side by side (Figures.Batches counts the batched ones); 1, off, elsewhere, where
+// the Handler (turn.Runner's) takes no batches.
+func (c Cell) MemberMaxBatch(i int) int {
+	if c.Temporal() && i > 0 {
+		return memberMaxBatch
+	}
+	return 1
+}
+
+// memberMaxBatch is the MaxBatch of the Temporal cell's batching members.
+const memberMaxBatch = 8
+
 // Transactional reports whether the cell's members run in the transactional mode.
 func (c Cell) Transactional() bool { return c == CellTransactional }
 

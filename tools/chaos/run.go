@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -109,6 +110,9 @@ func Run(ctx context.Context, cfg Config) (*Figures, error) {
 		for i := range out {
 			a := base
 			a.Role, a.Name = role, fmt.Sprintf("%s%d", name, i+1)
+			if role == "member" {
+				a.MaxBatch = cfg.Cell.MemberMaxBatch(i)
+			}
 			s := &slot{cfg: &cfg, rng: mrand.New(mrand.NewPCG(cfg.Seed, seedBase+uint64(i))),
 				stopCh: make(chan struct{}), exited: make(chan struct{}), args: a}
 			out[i] = s
@@ -186,6 +190,9 @@ func Run(ctx context.Context, cfg Config) (*Figures, error) {
 		f.Crashes += s.poisonExits
 		f.MemberFails += s.errorExits
 		s.mu.Unlock()
+	}
+	if f.Batches, err = countBatches(cfg.Dir, slots); err != nil {
+		return nil, err
 	}
 	logf("members stopped; delivering the outbox's tail")
 	ob, err := sqlinbox.New(db, sqlinbox.PostgreSQL, sqlinbox.Options{TablePrefix: prefix, Concurrency: -1})
@@ -532,6 +539,20 @@ func killConnections(ctx context.Context, db *sql.DB, appName string) (int, erro
 			return 0, ctx.Err()
 		case <-time.After(250 * time.Millisecond):
 		}
+	}
+	return n, nil
+}
+
+// countBatches counts the batches the members logged handing off (batchHandedOff) in their
+// logs in dir.
+func countBatches(dir string, members []*slot) (int, error) {
+	n := 0
+	for _, s := range members {
+		data, err := os.ReadFile(filepath.Join(dir, s.args.Name+".log"))
+		if err != nil {
+			return 0, fmt.Errorf("chaos: count batches: %w", err)
+		}
+		n += bytes.Count(data, []byte(`msg="`+batchHandedOff+`"`))
 	}
 	return n, nil
 }
