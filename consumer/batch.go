@@ -64,6 +64,24 @@ func (p *partition) decodeBatch(recs []*record) (reqs []turn.Request) {
 	return reqs
 }
 
+// batchSpansKey is the context key under which handOffBatch gives HandleBatch the process
+// span of each of its requests, by index (see BatchRequestContext).
+type batchSpansKey struct{}
+
+// BatchRequestContext returns the context for what a BatchHandler does on behalf of reqs[i],
+// the request at index i (from 0) of the HandleBatch call that got ctx: with telemetry on
+// (Config.Telemetry), ctx with that request's own process span current, so that the spans and
+// trace headers made for it (workflow.Bridge's) continue its record's trace, as under Handle;
+// one ctx cannot carry the spans of several records. Otherwise (telemetry off, a ctx that is
+// not a HandleBatch call's, i out of range) it returns ctx.
+func BatchRequestContext(ctx context.Context, i int) context.Context {
+	spans, _ := ctx.Value(batchSpansKey{}).([]trace.Span)
+	if i < 0 || i >= len(spans) {
+		return ctx
+	}
+	return trace.ContextWithSpan(ctx, spans[i])
+}
+
 // handOffBatch hands reqs (recs' requests) to the BatchHandler in one call, beside the other
 // turns of the member (the solo gate, shared) and within Config.TurnTimeout, with a process
 // span and the turn metrics of each record when telemetry is on. It reports whether the
@@ -77,6 +95,7 @@ func (p *partition) handOffBatch(recs []*record, reqs []turn.Request) bool {
 			_, spans[i] = t.startProcess(ctx, r.msg)
 			request(spans[i], &reqs[i])
 		}
+		ctx = context.WithValue(ctx, batchSpansKey{}, spans)
 	}
 	began := time.Now()
 	err := p.callBatch(ctx, reqs)

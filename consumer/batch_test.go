@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/turnstile-go/turnstile/consumer"
 	"github.com/turnstile-go/turnstile/turn"
@@ -154,5 +155,82 @@ func TestBatchFallsBackToOneByOne(t *testing.T) {
 			require.EqualValues(t, 1, st.DeadLetters, "the record that does not decode")
 			require.Len(t, e.cluster.ReadAll(t, e.dlq, 1, wait), 1)
 		})
+	}
+}
+
+// spanHandOffs is a BatchHandler that records, for each request it is handed, the span
+// current in the context it would hand that request off with: BatchRequestContext's in a
+// batch, the call's own under Handle.
+type spanHandOffs struct {
+	handOffs
+	spanMu     sync.Mutex
+	spans      map[string]trace.SpanContext // by request id
+	outOfRange []bool                       // whether an index out of range got the call's ctx back
+}
+
+func (h *spanHandOffs) note(ctx context.Context, req turn.Request) {
+	h.spanMu.Lock()
+	defer h.spanMu.Unlock()
+	h.spans[req.ID] = trace.SpanContextFromContext(ctx)
+}
+
+func (h *spanHandOffs) Handle(ctx context.Context, req turn.Request) (*turn.Result, error) {
+	h.note(ctx, req)
+	return h.handOffs.Handle(ctx, req)
+}
+
+func (h *spanHandOffs) HandleBatch(ctx context.Context, reqs []turn.Request) error {
+	h.spanMu.Lock()
+	h.outOfRange = append(h.outOfRange, consumer.BatchRequestContext(ctx, len(reqs)) == ctx, consumer.BatchRequestContext(ctx, -1) == ctx)
+	h.spanMu.Unlock()
+	for i, req := range reqs {
+		h.note(consumer.BatchRequestContext(ctx, i), req)
+	}
+	return h.handOffs.HandleBatch(ctx, reqs)
+}
+
+// With tracing on, what a BatchHandler does for each request of a batch can run under that
+// request's own process span (BatchRequestContext), as under Handle: one context could not
+// carry the spans of several records. Without telemetry, or outside a batch, the context is
+// the one given.
+func TestBatchRequestContextCarriesEachRecordsSpan(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, context.Background(), consumer.BatchRequestContext(context.Background(), 0), "no batch: ctx as it is")
+	e := setup(t, 1, 1)
+	tp, exp := tracer(t)
+	h := &spanHandOffs{handOffs: handOffs{hold: make(chan struct{})}, spans: map[string]trace.SpanContext{}}
+	m := e.start(memberOpts{handler: h, tune: func(cfg *consumer.Config) {
+		cfg.MaxBatch = 4
+		cfg.Telemetry = turnotel.Options{TracerProvider: tp}
+	}})
+	const n = 9
+	want := produceKeys(e, []string{"trace-batch"}, n)
+	eventually(t, func() bool { return m.c.Stats().PeakBuffered == n }, "every record in the window")
+	close(h.hold)
+	eventually(t, func() bool { return m.c.Stats().Records == n }, "every record done")
+	require.Positive(t, m.c.Stats().Batches)
+
+	process := map[string]trace.SpanContext{} // the process span of each request, by id
+	eventually(t, func() bool {
+		for _, s := range exp.GetSpans() {
+			if s.Name != "process "+e.requests {
+				continue
+			}
+			set := attribute.NewSet(s.Attributes...)
+			if v, ok := set.Value(turnotel.AttrRequestID); ok {
+				process[v.AsString()] = s.SpanContext
+			}
+		}
+		return len(process) == n
+	}, "a process span for each record")
+	h.spanMu.Lock()
+	defer h.spanMu.Unlock()
+	require.NotEmpty(t, h.outOfRange)
+	require.NotContains(t, h.outOfRange, false, "an index out of range gets the call's ctx back")
+	for _, id := range want["trace-batch"] {
+		got := h.spans[id]
+		require.True(t, got.IsValid(), "request %s handed off under a span", id)
+		require.Equal(t, process[id].SpanID(), got.SpanID(), "request %s handed off under its own process span", id)
+		require.Equal(t, process[id].TraceID(), got.TraceID(), "request %s in its record's trace", id)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"google.golang.org/grpc/codes"
 
+	"github.com/turnstile-go/turnstile/consumer"
 	"github.com/turnstile-go/turnstile/internal/record"
 	"github.com/turnstile-go/turnstile/turn"
 	"github.com/turnstile-go/turnstile/turn/turnotel"
@@ -137,16 +138,18 @@ func (b *Bridge) DeadLettered(ctx context.Context, req turn.Request, reason stri
 const maxReasonBytes = 4 << 10
 
 // HandOff hands several requests over with one signal per conversation (a batch), in the order
-// given within each conversation. It returns the first error; conversations handed off before
-// it stay handed off, and handing them off again is harmless (the workflow drops duplicates).
+// given within each conversation; under HandleBatch each request's envelope carries the trace
+// of its own record's process span (consumer.BatchRequestContext). It returns the first error;
+// conversations handed off before it stay handed off, and handing them off again is harmless
+// (the workflow drops duplicates).
 func (b *Bridge) HandOff(ctx context.Context, reqs []turn.Request) error {
 	var order []string
 	byConv := map[string][]Envelope{}
-	for _, req := range reqs {
+	for i, req := range reqs {
 		if _, ok := byConv[req.ConversationID]; !ok {
 			order = append(order, req.ConversationID)
 		}
-		byConv[req.ConversationID] = append(byConv[req.ConversationID], b.envelope(ctx, req))
+		byConv[req.ConversationID] = append(byConv[req.ConversationID], b.envelope(consumer.BatchRequestContext(ctx, i), req))
 	}
 	for _, conv := range order {
 		if err := b.send(ctx, conv, byConv[conv]); err != nil {
