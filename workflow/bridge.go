@@ -145,14 +145,17 @@ const maxReasonBytes = 4 << 10
 func (b *Bridge) HandOff(ctx context.Context, reqs []turn.Request) error {
 	var order []string
 	byConv := map[string][]Envelope{}
+	last := map[string]int{} // the index of each conversation's last request
 	for i, req := range reqs {
 		if _, ok := byConv[req.ConversationID]; !ok {
 			order = append(order, req.ConversationID)
 		}
 		byConv[req.ConversationID] = append(byConv[req.ConversationID], b.envelope(consumer.BatchRequestContext(ctx, i), req))
+		last[req.ConversationID] = i
 	}
 	for _, conv := range order {
-		if err := b.send(ctx, conv, byConv[conv]); err != nil {
+		// The signal goes under the span of its last request, as its headers do (send).
+		if err := b.send(consumer.BatchRequestContext(ctx, last[conv]), conv, byConv[conv]); err != nil {
 			return err
 		}
 	}

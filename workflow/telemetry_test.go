@@ -167,5 +167,19 @@ func TestDevServerBatchedHandOffKeepsEachTrace(t *testing.T) {
 		}, wait, 20*time.Millisecond, "request %d: one process span and one turn span in its producer's trace", i+1)
 		require.Equal(t, process[0].SpanContext.SpanID(), turnSpan[0].Parent.SpanID(), "request %d: its turn hangs under its own process span", i+1)
 	}
+	processes := map[trace.SpanID]bool{}
+	var signals []tracetest.SpanStub
+	for _, sp := range exp.GetSpans() {
+		switch sp.Name {
+		case "process " + s.requests:
+			processes[sp.SpanContext.SpanID()] = true
+		case "SignalWithStartWorkflow:" + WorkflowName:
+			signals = append(signals, sp)
+		}
+	}
+	require.Less(t, len(signals), n, "fewer signals than requests")
+	for _, sp := range signals {
+		require.True(t, processes[sp.Parent.SpanID()], "each signal, batched or not, under a record's process span")
+	}
 	requireEveryRequestAnswered(t, s.answered(), reqs...)
 }
