@@ -61,7 +61,9 @@ type Handler interface {
 type BatchHandler interface {
 	Handler
 	// HandleBatch hands reqs, two or more requests of one key in offset order, off at once.
-	// Its errors are Handle's; any error sends the requests through Handle one by one.
+	// Its errors are Handle's; any error sends the requests through Handle one by one. ctx
+	// is the batch's; BatchRequestContext(ctx, i) is the one for what it does on behalf of
+	// reqs[i] alone, under that request's own process span when telemetry is on.
 	HandleBatch(ctx context.Context, reqs []turn.Request) error
 }
 
