@@ -16,8 +16,9 @@ import (
 const dlqListUsage = `
 Lists the dead letters of a dead-letter topic, oldest first (by the time each was
 dead-lettered, across partitions): time, conversation, request id, attempts, age, source
-(topic/partition/offset of the request), the dead letter's own topic/partition/offset (for
-dlq show) and reason.
+(topic/partition/offset of the request; in Temporal mode "submit" or "gap" for a request that
+had no record), the dead letter's own topic/partition/offset (for dlq show) and reason. --json
+adds the kind, the error, the workflow id and sequence (Temporal mode) and what was dropped.
 
 Examples:
   turnstile dlq list --brokers kafka:9092 --topic agent.requests.dlq
@@ -141,20 +142,27 @@ func readLetters(ctx context.Context, f *flags, topic *string, filter func() let
 
 // letterJSON is a dead letter as the CLI prints it.
 type letterJSON struct {
-	ID             string            `json:"id"`
-	Time           time.Time         `json:"time"`
-	RequestID      string            `json:"request_id,omitempty"`
-	ConversationID string            `json:"conversation_id,omitempty"`
-	Reason         string            `json:"reason"`
-	Kind           string            `json:"kind,omitempty"` // turn.Kind's name (consumer.HeaderKind)
-	Error          string            `json:"error,omitempty"`
-	Attempts       int               `json:"attempts"`
-	Source         string            `json:"source"`
-	AgeSeconds     int64             `json:"age_seconds"`
-	ValueDropped   string            `json:"value_dropped,omitempty"`
-	Headers        map[string]string `json:"headers,omitempty"`
-	Key            string            `json:"key,omitempty"`
-	Value          string            `json:"value,omitempty"`
+	ID             string    `json:"id"`
+	Time           time.Time `json:"time"`
+	RequestID      string    `json:"request_id,omitempty"`
+	ConversationID string    `json:"conversation_id,omitempty"`
+	Reason         string    `json:"reason"`
+	Kind           string    `json:"kind,omitempty"` // turn.Kind's name (consumer.HeaderKind)
+	Error          string    `json:"error,omitempty"`
+	Attempts       int       `json:"attempts"`
+	Source         string    `json:"source"`
+	AgeSeconds     int64     `json:"age_seconds"`
+	ValueDropped   string    `json:"value_dropped,omitempty"`
+	HeadersDropped string    `json:"headers_dropped,omitempty"`
+	KeyDropped     string    `json:"key_dropped,omitempty"`
+	// Origin, WorkflowID and Sequence are deadletter.Letter's (Temporal mode: a request from
+	// Bridge.Submit or a gap, the workflow that dead-lettered it, its sequence).
+	Origin     string            `json:"origin,omitempty"`
+	WorkflowID string            `json:"workflow_id,omitempty"`
+	Sequence   int64             `json:"sequence,omitempty"`
+	Headers    map[string]string `json:"headers,omitempty"`
+	Key        string            `json:"key,omitempty"`
+	Value      string            `json:"value,omitempty"`
 }
 
 // kindLabel is the CLI's label of a dead letter's kind: the turn.Kind's name, "" when the dead
@@ -169,7 +177,8 @@ func kindLabel(k turn.Kind) string {
 func toJSON(l deadletter.Letter, full bool) letterJSON {
 	j := letterJSON{ID: l.ID(), Time: l.Timestamp.UTC(), RequestID: l.RequestID, ConversationID: conversationOf(l),
 		Reason: l.Reason, Error: l.Error, Attempts: l.Attempts, Source: source(l), Kind: kindLabel(l.Kind),
-		AgeSeconds: int64(time.Since(l.Timestamp) / time.Second), ValueDropped: l.ValueDropped}
+		AgeSeconds: int64(time.Since(l.Timestamp) / time.Second), ValueDropped: l.ValueDropped,
+		HeadersDropped: l.HeadersDropped, KeyDropped: l.KeyDropped, Origin: l.Origin, WorkflowID: l.WorkflowID, Sequence: l.Sequence}
 	if full {
 		j.Key, j.Value = printable(l.Key), printable(l.Value)
 		if len(l.Headers) > 0 {
@@ -182,11 +191,24 @@ func toJSON(l deadletter.Letter, full bool) letterJSON {
 	return j
 }
 
+// source is where the request came from: TOPIC/PARTITION/OFFSET of its record; else its
+// origin (deadletter.OriginSubmit, OriginGap: Temporal mode, with no record); else "?".
 func source(l deadletter.Letter) string {
-	if l.Source.Offset < 0 {
-		return "?"
+	switch {
+	case l.Source.Offset >= 0:
+		return fmt.Sprintf("%s/%d/%d", l.Source.Topic, l.Source.Partition, l.Source.Offset)
+	case l.Origin != "":
+		return l.Origin
 	}
-	return fmt.Sprintf("%s/%d/%d", l.Source.Topic, l.Source.Partition, l.Source.Offset)
+	return "?"
+}
+
+// sequenceText is a dead letter's sequence for dlq show: "" when it has none.
+func sequenceText(seq int64) string {
+	if seq == 0 {
+		return ""
+	}
+	return fmt.Sprint(seq)
 }
 
 func printable(b []byte) string {
@@ -283,7 +305,9 @@ func dlqShow(ctx context.Context, e *env, args []string) error {
 		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 		for _, kv := range [][2]string{{"dead letter", j.ID}, {"time", j.Time.Format(time.RFC3339)}, {"request id", j.RequestID},
 			{"conversation", j.ConversationID}, {"attempts", fmt.Sprint(j.Attempts)}, {"source", j.Source},
-			{"reason", j.Reason}, {"kind", j.Kind}, {"error", j.Error}, {"value dropped", j.ValueDropped}, {"key", j.Key}} {
+			{"reason", j.Reason}, {"kind", j.Kind}, {"error", j.Error}, {"origin", j.Origin}, {"workflow id", j.WorkflowID},
+			{"sequence", sequenceText(j.Sequence)}, {"value dropped", j.ValueDropped}, {"headers dropped", j.HeadersDropped},
+			{"key dropped", j.KeyDropped}, {"key", j.Key}} {
 			if kv[1] != "" {
 				fmt.Fprintf(tw, "%s:\t%s\n", kv[0], kv[1])
 			}
