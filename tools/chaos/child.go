@@ -194,9 +194,7 @@ func runMember(a childArgs) int {
 		MaxRateLimits: 5,
 		Sarama:        memberSarama(a.Name),
 		Logger:        log,
-	}
-	if a.MaxBatch > 1 {
-		cfg.MaxBatch = a.MaxBatch
+		MaxBatch:      a.MaxBatch, // 0 and 1 both leave batching off
 	}
 	if a.Cell == CellByKeyOTel || a.MaxBatch > 1 {
 		tel, shutdown := sdkTelemetry()
