@@ -95,8 +95,14 @@ func TestDevServerDeleteUserByConversation(t *testing.T) {
 	b := s.bridge(BridgeOptions{Config: Config{MaxTurnsPerRun: 2}})
 	ctx := context.Background()
 	conv := s.cluster.Unique("plain")
+	// A user of its own: the dev server is shared by the package's parallel tests, and
+	// DeleteUser also erases every run whose TurnstileUser is the user's, so the default
+	// "u-1" of request() would reach other tests' workflows (CI saw 5 runs deleted for 3).
+	user := s.cluster.Unique("user")
 	for seq := int64(1); seq <= 5; seq++ {
-		_, err := b.Handle(ctx, request(conv, seq, "text"))
+		req := request(conv, seq, "text")
+		req.UserID = user
+		_, err := b.Handle(ctx, req)
 		require.NoError(t, err)
 	}
 	s.waitApplied(b, conv, 5)
@@ -104,7 +110,7 @@ func TestDevServerDeleteUserByConversation(t *testing.T) {
 	runs := s.runsOf(b.WorkflowID(conv))
 	require.GreaterOrEqual(t, runs, 3, "runs continued as new")
 	deleting := time.Now()
-	got, err := DeleteUser(ctx, s.client, "u-1", UserDeletion{IDPrefix: b.opts.IDPrefix, Conversations: []string{conv}})
+	got, err := DeleteUser(ctx, s.client, user, UserDeletion{IDPrefix: b.opts.IDPrefix, Conversations: []string{conv}})
 	require.NoError(t, err)
 	// Terminated counts the runs visibility still listed as running: the open one, and any
 	// continued run whose close has not reached visibility yet (UserDeleted's doc).
