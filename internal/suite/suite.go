@@ -1,5 +1,6 @@
-// Package suite holds what the conformance suites session/sessiontest and inbox/inboxtest
-// share: running the subtests of an optional interface only for implementations that have it.
+// Package suite holds what the conformance suites session/sessiontest, inbox/inboxtest and
+// attachment/attachmenttest share: running a list of subtests, and those of an optional
+// interface only for implementations that have it.
 package suite
 
 import (
@@ -13,6 +14,17 @@ type Case[T any] struct {
 	Name string
 	// Run checks v, made for this subtest alone.
 	Run func(t *testing.T, v T)
+}
+
+// Run runs cases as parallel subtests of t, each on a value newValue makes in it.
+func Run[T any](t *testing.T, newValue func(t *testing.T) T, cases []Case[T]) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.Name, func(t *testing.T) {
+			t.Parallel()
+			c.Run(t, newValue(t))
+		})
+	}
 }
 
 // RunOptional runs cases as parallel subtests of one parallel subtest named group, each on a
