@@ -179,6 +179,30 @@ func CheckRange(size, offset, length int64) (end int64, err error) {
 	return min(size, offset+length), nil
 }
 
+// CheckPut checks what a Put checks before it reads the content: ctx, the owner
+// (Owner.Validate) and the labels (ValidateLabels). Errors: ctx's, wrapping ErrInvalid.
+func CheckPut(ctx context.Context, owner Owner, name, mediaType string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := owner.Validate(); err != nil {
+		return err
+	}
+	return ValidateLabels(name, mediaType)
+}
+
+// CheckCall checks what Stat, Read and Delete check first: ctx, the owner (Owner.Validate) and
+// the id (ParseID), whose digest it returns. Errors: ctx's, wrapping ErrInvalid.
+func CheckCall(ctx context.Context, owner Owner, id string) ([sha256.Size]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return [sha256.Size]byte{}, err
+	}
+	if err := owner.Validate(); err != nil {
+		return [sha256.Size]byte{}, err
+	}
+	return ParseID(id)
+}
+
 // Store is the attachment store: a shared, durable home for large inputs that every worker
 // reaches, addressed by owner and content hash.
 //

@@ -36,13 +36,7 @@ func NewMemoryStore() *MemoryStore {
 
 // Put implements Store.
 func (s *MemoryStore) Put(ctx context.Context, owner Owner, name, mediaType string, r io.Reader) (Ref, error) {
-	if err := ctx.Err(); err != nil {
-		return Ref{}, err
-	}
-	if err := owner.Validate(); err != nil {
-		return Ref{}, err
-	}
-	if err := ValidateLabels(name, mediaType); err != nil {
+	if err := CheckPut(ctx, owner, name, mediaType); err != nil {
 		return Ref{}, err
 	}
 	var data []byte
@@ -71,13 +65,7 @@ func (s *MemoryStore) Put(ctx context.Context, owner Owner, name, mediaType stri
 
 // lookup returns owner's entry of id.
 func (s *MemoryStore) lookup(ctx context.Context, owner Owner, id string) (*memEntry, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := owner.Validate(); err != nil {
-		return nil, err
-	}
-	if _, err := ParseID(id); err != nil {
+	if _, err := CheckCall(ctx, owner, id); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()

@@ -1,10 +1,14 @@
 package attachmenttest
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-go/turnstile/attachment"
@@ -16,6 +20,7 @@ import (
 var retentionCases = []suite.Case[attachment.Retention]{
 	{Name: "DeleteUser", Run: testDeleteUser},
 	{Name: "DeleteIdle", Run: testDeleteIdle},
+	{Name: "DeleteIdleWhilePutting", Run: testDeleteIdleWhilePutting},
 	{Name: "RetentionInvalid", Run: testRetentionInvalid},
 }
 
@@ -82,6 +87,35 @@ func testDeleteIdle(t *testing.T, s attachment.Retention) {
 	n, err = s.DeleteIdle(ctx, a.App, cutoff)
 	require.NoError(t, err)
 	require.Zero(t, n)
+}
+
+// testDeleteIdleWhilePutting: Puts of the same bytes racing DeleteIdle all succeed, and the
+// attachment is then either gone or whole.
+func testDeleteIdleWhilePutting(t *testing.T, s attachment.Retention) {
+	ctx := context.Background()
+	owner := newOwner(t)
+	data := content(t, 300_000)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 10 {
+				_, err := s.Put(ctx, owner, "", "", bytes.NewReader(data))
+				assert.NoError(t, err)
+			}
+		})
+	}
+	wg.Go(func() {
+		for range 10 {
+			_, err := s.DeleteIdle(ctx, owner.App, time.Now())
+			assert.NoError(t, err)
+		}
+	})
+	wg.Wait()
+	id := attachment.IDOf(data)
+	if _, err := s.Stat(ctx, owner, id); errors.Is(err, attachment.ErrNotFound) {
+		return
+	}
+	require.Equal(t, data, readAll(t, s, owner, id))
 }
 
 // testRetentionInvalid: an empty app or user is ErrInvalid.

@@ -63,6 +63,9 @@ const tmpDir = "tmp"
 // staleTemp is the age past which New removes a temporary file: a Put that long is gone.
 const staleTemp = time.Hour
 
+// maxTries bounds the times Put places its file when deletions keep removing it.
+const maxTries = 10
+
 // maxHeader bounds the header line of an attachment file.
 const maxHeader = 4 << 10
 
@@ -115,13 +118,7 @@ func (s *Store) ownerDir(o attachment.Owner) string {
 
 // path checks ctx, owner and id and returns the file of owner's attachment id.
 func (s *Store) path(ctx context.Context, owner attachment.Owner, id string) (string, error) {
-	if err := ctx.Err(); err != nil {
-		return "", err
-	}
-	if err := owner.Validate(); err != nil {
-		return "", err
-	}
-	sum, err := attachment.ParseID(id)
+	sum, err := attachment.CheckCall(ctx, owner, id)
 	if err != nil {
 		return "", err
 	}
@@ -137,13 +134,7 @@ type header struct {
 
 // Put implements attachment.Store.
 func (s *Store) Put(ctx context.Context, owner attachment.Owner, name, mediaType string, r io.Reader) (attachment.Ref, error) {
-	if err := ctx.Err(); err != nil {
-		return attachment.Ref{}, err
-	}
-	if err := owner.Validate(); err != nil {
-		return attachment.Ref{}, err
-	}
-	if err := attachment.ValidateLabels(name, mediaType); err != nil {
+	if err := attachment.CheckPut(ctx, owner, name, mediaType); err != nil {
 		return attachment.Ref{}, err
 	}
 	tmp, id, size, err := s.spool(ctx, r)
@@ -162,7 +153,7 @@ func (s *Store) Put(ctx context.Context, owner attachment.Owner, name, mediaType
 		ref, err := s.link(tmp, final, id)
 		// A DeleteUser or DeleteIdle may remove the directory or the file found between two
 		// steps: place it again.
-		if errors.Is(err, fs.ErrNotExist) && try < 3 {
+		if (errors.Is(err, fs.ErrNotExist) || errors.Is(err, attachment.ErrNotFound)) && try < maxTries {
 			continue
 		}
 		return ref, err
