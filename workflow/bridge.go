@@ -73,7 +73,8 @@ type Bridge struct {
 
 // NewBridge returns a Bridge on the client c. Give c a ContextPropagator
 // (client.Options.ContextPropagators) so that the headers reach the activities' contexts.
-// Errors: a missing TaskQueue, a nil client.
+// Errors: a missing TaskQueue, a nil client, a Config.MaxCarriedBytes over
+// MaxCarriedBytesLimit, a Config.DedupWindow over MaxDedupWindow.
 func NewBridge(c client.Client, opts BridgeOptions) (*Bridge, error) {
 	switch {
 	case c == nil:
@@ -82,6 +83,8 @@ func NewBridge(c client.Client, opts BridgeOptions) (*Bridge, error) {
 		return nil, errors.New("workflow: BridgeOptions.TaskQueue: empty")
 	case opts.Config.MaxCarriedBytes > MaxCarriedBytesLimit:
 		return nil, fmt.Errorf("workflow: BridgeOptions.Config.MaxCarriedBytes = %d, over the limit of %d", opts.Config.MaxCarriedBytes, MaxCarriedBytesLimit)
+	case opts.Config.DedupWindow > MaxDedupWindow:
+		return nil, fmt.Errorf("workflow: BridgeOptions.Config.DedupWindow = %d, over the limit of %d", opts.Config.DedupWindow, MaxDedupWindow)
 	}
 	if opts.IDPrefix == "" {
 		opts.IDPrefix = DefaultIDPrefix

@@ -28,10 +28,21 @@ const (
 // the excess to the OverflowStore at continue-as-new (issue 24).
 const versionBoundedCarry = "turnstile-bounded-carry"
 
-// overflowChunkBytes bounds the envelopes of one SaveOverflow activity's input, well under the
-// server's 2 MB payload limit (one envelope larger than it goes alone: the bridge keeps each
-// under DefaultMaxPayloadBytes).
+// versionCarryReferences: with an OverflowStore, a run that continues as new stores every
+// pending request there and carries only their positions (issue 35), so that the
+// continue-as-new input holds ids and counters, never a request's text, whatever the backlog;
+// its SaveOverflow inputs are at most carryChunkBytes.
+const versionCarryReferences = "turnstile-carry-references"
+
+// overflowChunkBytes bounds the envelopes of one SaveOverflow activity's input before
+// versionCarryReferences, well under the server's 2 MB payload limit (one envelope larger than
+// it goes alone: the bridge keeps each under DefaultMaxPayloadBytes).
 const overflowChunkBytes = 1 << 20
+
+// carryChunkBytes bounds them from versionCarryReferences on: half of DefaultMaxCarriedBytes,
+// so that no payload of a run's history that the carry writes comes near 256 KiB (an envelope
+// larger than it still goes alone).
+const carryChunkBytes = 128 << 10
 
 // ErrOverflowMissing is returned by OverflowStore.LoadOverflow when the position asked for is
 // not stored (its rows were deleted by hand): the workflow then gives those requests up, logs
@@ -51,8 +62,8 @@ type OverflowStore interface {
 	// replacing what is there (a retried activity stores the same again).
 	SaveOverflow(ctx context.Context, conversationID string, from int64, envs []Envelope) error
 	// LoadOverflow returns the envelopes at positions from to from+limit-1, ascending, and
-	// stops after the first one that brings their encoded size over maxBytes; it forgets the
-	// positions below from (loaded by an earlier run, whose history holds them now). A missing
+	// stops before the one that would bring their encoded size (JSON, plus one byte each) over
+	// maxBytes, the first one returned whatever its size; it forgets the positions below from (loaded by an earlier run, whose history holds them now). A missing
 	// position from is ErrOverflowMissing.
 	LoadOverflow(ctx context.Context, conversationID string, from int64, limit, maxBytes int) ([]Envelope, error)
 }
@@ -106,8 +117,13 @@ func (c *conversation) loadOverflow(ctx twf.Context) error {
 		c.Overflow, c.Older = 0, 0
 		return nil
 	}
-	keep := slices.DeleteFunc(slices.Clone(got), func(e Envelope) bool { return c.recentSet[e.Request.ID] })
 	at := min(c.Older, len(c.Pending))
+	var keep []Envelope
+	if twf.GetVersion(ctx, versionCarryReferences, twf.DefaultVersion, 1) >= 1 {
+		keep = c.dedupLoaded(got, c.Pending[:at])
+	} else {
+		keep = slices.DeleteFunc(slices.Clone(got), func(e Envelope) bool { return c.recentSet[e.Request.ID] })
+	}
 	c.Pending = append(c.Pending[:at:at], c.dedupNewer(keep, c.Pending[at:])...)
 	c.Pending = slices.Insert(c.Pending, at, keep...)
 	c.Older = at + len(keep)
@@ -117,6 +133,39 @@ func (c *conversation) loadOverflow(ctx twf.Context) error {
 		c.Overflow, c.Older = 0, 0
 	}
 	return nil
+}
+
+// dedupLoaded returns loaded (requests back from the OverflowStore) without those that must not
+// queue again, as accept would have dropped them had they not waited in the store: a request
+// applied within the dedup window (recentlyApplied), and a copy of a request queued before it
+// (the same id, user and conversation: in older, the pending requests that arrived before the
+// loaded ones, or earlier in loaded), whose dead-letter mark the queued one takes, as
+// markDeadLettered does. Since every pending request crosses continue-as-new through the store
+// (versionCarryReferences), a redelivery and its original can come back in one load.
+func (c *conversation) dedupLoaded(loaded, older []Envelope) []Envelope {
+	type key struct{ id, user, conv string }
+	keyOf := func(e Envelope) key { return key{e.Request.ID, e.Request.UserID, e.Request.ConversationID} }
+	queued := make(map[key]*Envelope, len(older)+len(loaded))
+	for i := range older {
+		if k := keyOf(older[i]); queued[k] == nil {
+			queued[k] = &older[i]
+		}
+	}
+	out := make([]Envelope, 0, len(loaded))
+	for _, e := range loaded {
+		if c.recentlyApplied(e) {
+			continue
+		}
+		if first := queued[keyOf(e)]; first != nil {
+			if e.DeadLettered != "" && first.DeadLettered == "" {
+				first.DeadLettered = e.DeadLettered
+			}
+			continue
+		}
+		out = append(out, e)
+		queued[keyOf(e)] = &out[len(out)-1]
+	}
+	return out
 }
 
 // dedupNewer returns newer (the requests that arrived after the loaded ones) without the
@@ -148,43 +197,50 @@ func envelopeSize(env Envelope) int {
 	return len(b) + 1
 }
 
-// carry bounds what the run hands the next one: when the pending requests in memory pass
-// Config.MaxCarriedBytes and the workers have an OverflowStore, it keeps the oldest of them
-// within the bound and stores the rest, in order: the excess of those older than the stored
-// ones (Pending[:Older]) in front of them, every newer one behind them.
+// carry bounds what the run hands the next one. With an OverflowStore, it stores every pending
+// request there, in order (versionCarryReferences): those older than the ones already stored
+// (Pending[:Older]) in front of them, every newer one behind them; the continue-as-new input
+// then carries their positions only. Histories recorded before that change keep the oldest
+// pending requests within Config.MaxCarriedBytes and store only the rest (versionBoundedCarry).
+// Without an OverflowStore the pending requests travel whole, with a warning past the bound.
 func (a *worker) carry(ctx twf.Context, c *conversation) error {
+	if len(c.Pending) == 0 {
+		return nil
+	}
 	sizes := make([]int, len(c.Pending))
 	total := 0
 	for i, p := range c.Pending {
 		sizes[i] = envelopeSize(p)
 		total += sizes[i]
 	}
-	if total <= c.cfg.MaxCarriedBytes {
-		return nil
-	}
 	if a.overflow == nil {
-		twf.GetLogger(ctx).Warn("continue-as-new input over Config.MaxCarriedBytes: give the workers an OverflowStore (WorkerOptions.States)",
-			"conversation_id", c.ConversationID, "pending", len(c.Pending), "bytes", total, "bound", c.cfg.MaxCarriedBytes)
+		if total > c.cfg.MaxCarriedBytes {
+			twf.GetLogger(ctx).Warn("continue-as-new input over Config.MaxCarriedBytes: give the workers an OverflowStore (WorkerOptions.States)",
+				"conversation_id", c.ConversationID, "pending", len(c.Pending), "bytes", total, "bound", c.cfg.MaxCarriedBytes)
+		}
 		return nil
 	}
-	if twf.GetVersion(ctx, versionBoundedCarry, twf.DefaultVersion, 1) == twf.DefaultVersion {
+	bound, chunk := c.cfg.MaxCarriedBytes, overflowChunkBytes
+	if twf.GetVersion(ctx, versionCarryReferences, twf.DefaultVersion, 1) >= 1 {
+		bound, chunk = 0, carryChunkBytes
+	} else if total <= bound || twf.GetVersion(ctx, versionBoundedCarry, twf.DefaultVersion, 1) == twf.DefaultVersion {
 		return nil
 	}
 	older := c.visible()
 	keep, kept := 0, 0
-	for keep < older && kept+sizes[keep] <= c.cfg.MaxCarriedBytes {
+	for keep < older && kept+sizes[keep] <= bound {
 		kept += sizes[keep]
 		keep++
 	}
 	front, back := c.Pending[keep:older], c.Pending[older:]
-	if err := c.saveOverflow(ctx, c.OverflowFrom-int64(len(front)), front, sizes[keep:older]); err != nil {
+	if err := c.saveOverflow(ctx, c.OverflowFrom-int64(len(front)), front, sizes[keep:older], chunk); err != nil {
 		return err
 	}
-	if err := c.saveOverflow(ctx, c.OverflowFrom+c.Overflow, back, sizes[older:]); err != nil {
+	if err := c.saveOverflow(ctx, c.OverflowFrom+c.Overflow, back, sizes[older:], chunk); err != nil {
 		return err
 	}
-	twf.GetLogger(ctx).Info("pending requests over the carried bound stored for the next runs", "conversation_id", c.ConversationID,
-		"carried", keep, "carried_bytes", kept, "stored", len(front)+len(back), "bound", c.cfg.MaxCarriedBytes)
+	twf.GetLogger(ctx).Info("pending requests stored for the next runs", "conversation_id", c.ConversationID,
+		"carried", keep, "carried_bytes", kept, "stored", len(front)+len(back), "stored_bytes", total-kept, "bound", bound)
 	c.OverflowFrom -= int64(len(front))
 	c.Overflow += int64(len(front) + len(back))
 	c.Pending = slices.Clone(c.Pending[:keep])
@@ -193,12 +249,12 @@ func (a *worker) carry(ctx twf.Context, c *conversation) error {
 }
 
 // saveOverflow stores envs (of the sizes given) at positions from on, in activities whose
-// inputs stay under overflowChunkBytes.
-func (c *conversation) saveOverflow(ctx twf.Context, from int64, envs []Envelope, sizes []int) error {
+// inputs stay under chunk bytes (an envelope larger than chunk goes alone).
+func (c *conversation) saveOverflow(ctx twf.Context, from int64, envs []Envelope, sizes []int, chunk int) error {
 	actx := twf.WithActivityOptions(ctx, stateActivityOptions)
 	for start := 0; start < len(envs); {
 		end, bytes := start, 0
-		for end < len(envs) && (end == start || bytes+sizes[end] <= overflowChunkBytes) {
+		for end < len(envs) && (end == start || bytes+sizes[end] <= chunk) {
 			bytes += sizes[end]
 			end++
 		}
@@ -256,13 +312,17 @@ func (l *MemoryLedger) LoadOverflow(_ context.Context, conversationID string, fr
 	}
 	var out []Envelope
 	bytes := 0
-	for pos := from; len(out) < limit && (len(out) == 0 || bytes <= maxBytes); pos++ {
+	for pos := from; len(out) < limit; pos++ {
 		env, ok := q[pos]
 		if !ok {
 			break
 		}
+		size := envelopeSize(env)
+		if len(out) > 0 && bytes+size > maxBytes {
+			break
+		}
 		out = append(out, env)
-		bytes += envelopeSize(env)
+		bytes += size
 	}
 	if len(out) == 0 && limit > 0 {
 		return nil, fmt.Errorf("%w: conversation %s, position %d", ErrOverflowMissing, conversationID, from)
@@ -315,17 +375,18 @@ func (l *SQLLedger) LoadOverflow(ctx context.Context, conversationID string, fro
 	return scanOverflow(rows, conversationID, from, maxBytes)
 }
 
-// scanOverflow reads consecutive positions from on until their size passes maxBytes.
+// scanOverflow reads consecutive positions from on while their size stays within maxBytes
+// (the first whatever its size).
 func scanOverflow(rows *sql.Rows, conversationID string, from int64, maxBytes int) ([]Envelope, error) {
 	var out []Envelope
 	bytes := 0
-	for want := from; rows.Next() && (len(out) == 0 || bytes <= maxBytes); want++ {
+	for want := from; rows.Next(); want++ {
 		var pos int64
 		var data []byte
 		if err := rows.Scan(&pos, &data); err != nil {
 			return nil, fmt.Errorf("workflow: ledger: load overflow: %w", err)
 		}
-		if pos != want {
+		if pos != want || (len(out) > 0 && bytes+len(data)+1 > maxBytes) {
 			break
 		}
 		var env Envelope

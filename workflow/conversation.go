@@ -195,7 +195,7 @@ func (c *conversation) duplicate(env Envelope) string {
 		return c.legacyDuplicate(env)
 	}
 	req := env.Request
-	if c.recentSet[req.ID] && (c.UserID == "" || c.UserID == req.UserID) && !(c.redrive && env.RedrivenFrom != "") {
+	if c.recentlyApplied(env) {
 		return "already applied"
 	}
 	for _, p := range c.Pending {
@@ -204,6 +204,17 @@ func (c *conversation) duplicate(env Envelope) string {
 		}
 	}
 	return ""
+}
+
+// recentlyApplied reports whether env's request is in the dedup window as a duplicate: its id
+// applied recently and, from versionStrangers on, of the conversation's user and not a re-drive
+// (versionRedrive).
+func (c *conversation) recentlyApplied(env Envelope) bool {
+	req := env.Request
+	if !c.strict {
+		return c.recentSet[req.ID]
+	}
+	return c.recentSet[req.ID] && (c.UserID == "" || c.UserID == req.UserID) && !(c.redrive && env.RedrivenFrom != "")
 }
 
 // legacyDuplicate is duplicate before versionStrangers: it also dropped a sequence below the

@@ -121,7 +121,8 @@ func TestArrivalOrderWithoutSequence(t *testing.T) {
 }
 
 // At the turn threshold the run continues as new once the signal channel is drained,
-// carrying the pending requests, the sequence mark and the dedup window.
+// carrying the pending requests (by their positions in the OverflowStore: no text), the
+// sequence mark and the dedup window.
 func TestContinueAsNewCarriesState(t *testing.T) {
 	t.Parallel()
 	u, env := newEnv(t)
@@ -141,14 +142,17 @@ func TestContinueAsNewCarriesState(t *testing.T) {
 	next := continuedState(t, env)
 	require.Equal(t, int64(5), next.NextSequence)
 	require.Equal(t, int64(4), next.Applied)
-	require.Len(t, next.Pending, 2)
+	require.Empty(t, next.Pending, "the pending requests wait in the OverflowStore")
+	require.Equal(t, int64(2), next.Overflow)
+	pending := carried(t, u.states, next)
+	require.Equal(t, []string{reqs[4].Request.ID, reqs[5].Request.ID}, []string{pending[0].Request.ID, pending[1].Request.ID})
 	require.Equal(t, []string{reqs[1].Request.ID, reqs[2].Request.ID, reqs[3].Request.ID}, next.Recent, "the dedup window keeps the last 3")
 	require.Equal(t, []int64{1, 2, 3, 4}, u.model.sequences())
 	all := make([]turn.Request, 0, len(reqs))
 	for _, e := range reqs {
 		all = append(all, e.Request)
 	}
-	requireEveryRequestAnswered(t, carriedInto(u.publisher.answered(), next), all...)
+	requireEveryRequestAnswered(t, carriedInto(u.publisher.answered(), pending), all...)
 }
 
 // continuedState returns the State a run that continued as new handed to the next one.
@@ -235,13 +239,14 @@ func TestUpdateHeldAtGapDoesNotBlockContinueAsNew(t *testing.T) {
 	}, time.Second)
 	env.ExecuteWorkflow(WorkflowName, State{ConversationID: conv, Config: Config{MaxTurnsPerRun: 1}})
 	next := continuedState(t, env)
-	require.Len(t, next.Pending, 1)
-	require.Equal(t, third.ID, next.Pending[0].Request.ID, "the held request travels into the next run")
+	pending := carried(t, u.states, next)
+	require.Len(t, pending, 1)
+	require.Equal(t, third.ID, pending[0].Request.ID, "the held request travels into the next run")
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, updateErr, &appErr)
 	require.Equal(t, errTypeContinuing, appErr.Type())
 	require.Equal(t, []int64{1}, u.model.sequences())
-	requireEveryRequestAnswered(t, carriedInto(u.publisher.answered(), next), first, third)
+	requireEveryRequestAnswered(t, carriedInto(u.publisher.answered(), pending), first, third)
 }
 
 // A request that names another conversation than the workflow's is never applied there (G7):
@@ -291,9 +296,10 @@ func TestContinueAsNewOnSignalCount(t *testing.T) {
 	env.ExecuteWorkflow(WorkflowName, State{ConversationID: conv, Config: Config{MaxSignalsPerRun: 3}})
 	next := continuedState(t, env)
 	require.Empty(t, u.model.sequences(), "due before the first turn: all six travel on")
-	require.Len(t, next.Pending, 6)
+	pending := carried(t, u.states, next)
+	require.Len(t, pending, 6)
 	require.Equal(t, int64(1), next.NextSequence)
-	requireEveryRequestAnswered(t, carriedInto(u.publisher.answered(), next), sent...)
+	requireEveryRequestAnswered(t, carriedInto(u.publisher.answered(), pending), sent...)
 }
 
 // turn.RetryAfter from the model retries the activity after the model's delay without

@@ -3,6 +3,7 @@ package workflow
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -139,12 +140,32 @@ func requireEveryRequestAnswered(t testing.TB, answered map[string]bool, reqs ..
 }
 
 // carriedInto adds to answered the requests a run that continued as new handed to the next run
-// in next.Pending: they are still the conversation's, not dropped.
-func carriedInto(answered map[string]bool, next State) map[string]bool {
-	for _, p := range next.Pending {
+// (carried, of next): they are still the conversation's, not dropped.
+func carriedInto(answered map[string]bool, carried []Envelope) map[string]bool {
+	for _, p := range carried {
 		answered[p.Request.ID] = true
 	}
 	return answered
+}
+
+// carried returns the pending requests a run that continued as new handed to the next run, in
+// the order they apply: next.Pending[:Older], those waiting in store (a run with an
+// OverflowStore carries them by position), the rest of next.Pending.
+func carried(t testing.TB, store *MemoryLedger, next State) []Envelope {
+	t.Helper()
+	older := min(next.Older, len(next.Pending))
+	if next.Overflow == 0 {
+		older = len(next.Pending)
+	}
+	out := slices.Clone(next.Pending[:older])
+	store.mu.Lock()
+	for pos := next.OverflowFrom; pos < next.OverflowFrom+next.Overflow; pos++ {
+		env, ok := store.overflow[next.ConversationID][pos]
+		require.True(t, ok, "position %d of the overflow is stored", pos)
+		out = append(out, env)
+	}
+	store.mu.Unlock()
+	return append(out, next.Pending[older:]...)
 }
 
 func (p *recordingPublisher) resultIDs() []string {

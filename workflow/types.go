@@ -85,19 +85,25 @@ type Config struct {
 	// server refuses more). Default DefaultMaxSignalsPerRun.
 	MaxSignalsPerRun int `json:"max_signals_per_run,omitempty"`
 	// DedupWindow is how many applied request ids a run remembers (and carries across
-	// continue-as-new) to drop duplicates without running an activity; older duplicates
-	// still apply once, since the Runner's inbox replays their stored result. Default
+	// continue-as-new) to drop duplicates without running an activity. It is the only list of
+	// the continue-as-new input that a conversation's length would grow, so it is a window:
+	// an older duplicate runs an activity, and the Runner answers it from the durable record
+	// instead of running a second turn (its inbox entry replays the stored result, and the
+	// session keeps one turn per request id). At most MaxDedupWindow. Default
 	// DefaultDedupWindow.
 	DedupWindow int `json:"dedup_window,omitempty"`
-	// MaxCarriedBytes bounds the encoded size of the pending requests a run hands the next
-	// one in its continue-as-new input: the rest waits in the workers' OverflowStore
-	// (WorkerOptions.States) and comes back into the conversation's runs as they apply
-	// requests, oldest first. The whole input is then at most MaxCarriedBytes plus the dedup
-	// window (DedupWindow request ids, about 40 bytes each) plus about 1 KB of fixed fields:
-	// under 300 KB by default, far below the server's 2 MB payload limit (limit.blobSize.error)
-	// whatever the backlog. Without an OverflowStore the whole backlog travels, as before
-	// (about 260 bytes per pending request: the limit is passed near 8,000). At most
-	// MaxCarriedBytesLimit. Default DefaultMaxCarriedBytes.
+	// MaxCarriedBytes steers how pending requests cross continue-as-new. With an
+	// OverflowStore (WorkerOptions.States), a run stores every pending request there when it
+	// continues as new and hands the next one their positions only, so the continue-as-new
+	// input holds ids and counters, never a request's text: the dedup window (DedupWindow
+	// request ids, about 40 bytes each) plus about 3 KB at most, whatever the backlog (about
+	// 41 KB with the default window). The next runs load the requests back, oldest first, at
+	// most MaxCarriedBytes/2 of them per LoadOverflow activity (one larger request alone).
+	// Runs recorded before that change carried the oldest pending requests up to
+	// MaxCarriedBytes and stored the rest. Without an OverflowStore the whole backlog travels
+	// in the input, with a warning once it passes MaxCarriedBytes (about 260 bytes per
+	// pending request: the server's 2 MB payload limit, limit.blobSize.error, is passed near
+	// 8,000). At most MaxCarriedBytesLimit. Default DefaultMaxCarriedBytes.
 	MaxCarriedBytes int `json:"max_carried_bytes,omitempty"`
 	// SearchAttributes makes the workflow keep the typed search attributes of
 	// SearchAttributeTypes up to date. The namespace must have them registered, or every
@@ -123,6 +129,10 @@ const (
 	// MaxCarriedBytesLimit is the largest Config.MaxCarriedBytes NewBridge takes: half the
 	// server's default payload limit of 2 MiB.
 	MaxCarriedBytesLimit = 1 << 20
+	// MaxDedupWindow is the largest Config.DedupWindow NewBridge takes: its request ids
+	// (canonical UUIDs, 39 bytes each in the JSON input) keep the continue-as-new input
+	// under 160 KiB.
+	MaxDedupWindow = 4096
 )
 
 func (c Config) withDefaults() Config {
@@ -149,11 +159,12 @@ type State struct {
 	Config         Config `json:"config"`
 	// NextSequence is the Sequence the gate waits for next; 0 means 1.
 	NextSequence int64 `json:"next_sequence,omitempty"`
-	// Pending are the requests received but not applied yet, in arrival order, at most
-	// Config.MaxCarriedBytes of them when the workers have an OverflowStore.
+	// Pending are the requests received but not applied yet, in arrival order. A run that
+	// continues as new with an OverflowStore carries none (they wait there: Overflow);
+	// without one, all of them.
 	Pending []Envelope `json:"pending,omitempty"`
 	// Overflow counts the pending requests a run stored in the workers' OverflowStore rather
-	// than carry them here (Config.MaxCarriedBytes), at positions OverflowFrom to
+	// than carry them here (see Config.MaxCarriedBytes), at positions OverflowFrom to
 	// OverflowFrom+Overflow-1 of the conversation's queue. They arrived after Pending[:Older]
 	// and before the rest of Pending, and apply in that order.
 	Overflow     int64 `json:"overflow,omitempty"`
