@@ -16,6 +16,8 @@ import (
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/google/uuid"
+
+	"github.com/turnstile-go/turnstile/attachment"
 )
 
 // SchemaVersion is the version of the Request and Result JSON envelopes this package writes
@@ -33,6 +35,11 @@ const (
 	MaxMetadataEntries = 64
 	// MaxMetadataValueBytes bounds each metadata key and value: 4 KiB.
 	MaxMetadataValueBytes = 4 << 10
+	// MaxAttachments bounds the number of Request.Attachments.
+	MaxAttachments = 64
+	// maxRefJSONBytes bounds the JSON of one valid attachment reference, its strings escaped
+	// character by character (\u0041) included, for precheck's bound on the whole value.
+	maxRefJSONBytes = 4 << 10
 )
 
 // Request is the input envelope: one user message to a conversation, as JSON in the value of a
@@ -56,8 +63,15 @@ type Request struct {
 	// Sequence is the request's 1-based position in its conversation when the producer keeps
 	// one; 0 means none, and record order applies.
 	Sequence int64 `json:"sequence,omitempty"`
-	// Text is the user's message, valid UTF-8, at most the Decoder's MaxTextBytes.
+	// Text is the user's message, valid UTF-8, at most the Decoder's MaxTextBytes. A larger
+	// body travels as an attachment (see Attachments and Offload).
 	Text string `json:"text"`
+	// Attachments are references to large inputs in the Runner's attachment store
+	// (Runner.Attachments), put there by the producer under (App, UserID) (Offload does it):
+	// at most MaxAttachments, each valid (attachment.Ref.Validate), no id twice. The Runner
+	// dead-letters a request whose attachment the store does not hold; turn/agent tells the
+	// model about them and gives it a tool that reads them in pages.
+	Attachments []attachment.Ref `json:"attachments,omitempty"`
 	// ReplyTo is an optional hint for where the answer should go ("email", a topic, ...).
 	ReplyTo string `json:"reply_to,omitempty"`
 	// Metadata carries stable context such as trace id, tenant and policy version.
@@ -194,7 +208,7 @@ func precheck(d Decoder, data []byte) error {
 		// Checked first so that the whole value is named, not the first bad string.
 		return &DecodeError{Problem: "value is not valid UTF-8"}
 	}
-	if limit := d.maxText() + 64<<10 + MaxMetadataEntries*2*MaxMetadataValueBytes; len(data) > limit {
+	if limit := d.maxText() + 64<<10 + MaxMetadataEntries*2*MaxMetadataValueBytes + MaxAttachments*maxRefJSONBytes; len(data) > limit {
 		return &DecodeError{Problem: fmt.Sprintf("value is %d bytes, over the limit of %d", len(data), limit)}
 	}
 	return nil
@@ -211,11 +225,23 @@ func decodeFull(data []byte) (Request, error) {
 		return Request{}, &DecodeError{Problem: "value is null, not a JSON object"}
 	}
 	for _, name := range slices.Sorted(maps.Keys(w.Unknown)) { // sorted: one error whatever the map's order
-		if known, ok := caseVariant(name); ok {
+		if known, ok := caseVariant(requestNames, name); ok {
 			return Request{}, &DecodeError{Field: name, Problem: fmt.Sprintf("differs from the envelope's %q only in case", known)}
 		}
 	}
-	return w.Request, nil
+	req := w.Request
+	if w.Attachments != nil {
+		req.Attachments = make([]attachment.Ref, len(w.Attachments))
+	}
+	for i, r := range w.Attachments {
+		for _, name := range slices.Sorted(maps.Keys(r.Unknown)) {
+			if known, ok := caseVariant(refNames, name); ok {
+				return Request{}, &DecodeError{Field: "attachments", Problem: fmt.Sprintf("entry %d: name %.80q differs from %q only in case", i, name, known)}
+			}
+		}
+		req.Attachments[i] = r.Ref
+	}
+	return req, nil
 }
 
 // validated returns req, decoded, when it passes Validate, with empty metadata made nil.
@@ -226,23 +252,38 @@ func (d Decoder) validated(req Request) (Request, error) {
 	if len(req.Metadata) == 0 {
 		req.Metadata = nil // {} and absent mean the same
 	}
+	if len(req.Attachments) == 0 {
+		req.Attachments = nil // [] and absent mean the same
+	}
 	return req, nil
 }
 
 // wireRequest is what Decode unmarshals: the envelope, and the names it does not know, which
-// are kept only to find case variants of the names it does.
+// are kept only to find case variants of the names it does. Its Attachments, shallower, stand
+// in for Request's.
 type wireRequest struct {
 	Request
+	Attachments []wireRef                 `json:"attachments"`
+	Unknown     map[string]jsontext.Value `json:",embed"`
+}
+
+// wireRef is an attachment reference as Decode unmarshals it: the Ref, and the names it does
+// not know, kept to find case variants of its own (encoding/json would take "ID" for "id").
+type wireRef struct {
+	attachment.Ref
 	Unknown map[string]jsontext.Value `json:",embed"`
 }
 
 // requestNames are the JSON names of the Request envelope.
 var requestNames = []string{"schema", "request_id", "conversation_id", "user_id", "sequence", "text",
-	"reply_to", "metadata", "created_at"}
+	"attachments", "reply_to", "metadata", "created_at"}
 
-// caseVariant returns the envelope's name that name equals but for case, if there is one.
-func caseVariant(name string) (string, bool) {
-	for _, known := range requestNames {
+// refNames are the JSON names of an attachment reference (attachment.Ref).
+var refNames = []string{"id", "size", "name", "media_type"}
+
+// caseVariant returns the name of names that name equals but for case, if there is one.
+func caseVariant(names []string, name string) (string, bool) {
+	for _, known := range names {
 		if strings.EqualFold(name, known) {
 			return known, true
 		}
@@ -419,7 +460,7 @@ func (d Decoder) Validate(req Request) error {
 			return &DecodeError{Field: "metadata", Problem: fmt.Sprintf("entry %.40q: keys must be non-empty and keys and values at most %d bytes", k, MaxMetadataValueBytes)}
 		}
 	}
-	return nil
+	return checkAttachments(req.Attachments)
 }
 
 func (d Decoder) maxText() int {

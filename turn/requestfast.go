@@ -5,11 +5,14 @@ import (
 	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
+
+	"github.com/turnstile-go/turnstile/attachment"
 )
 
 // decodeCommon decodes the common shape of a request envelope without reflection: one JSON
 // object of the envelope's own names, each at most once, whose strings have no escapes, whose
-// numbers are plain integers and whose metadata is an object of such strings. It reports false
+// numbers are plain integers, whose metadata is an object of such strings and whose
+// attachments are objects of a reference's own names with such values. It reports false
 // for anything else (an unknown or repeated name, an escape, null, a fraction, a syntax error,
 // trailing data), which the full decoder then decodes and, where it must, refuses: for the
 // values it accepts it yields what jsonv2.Unmarshal into a Request does. data is valid UTF-8
@@ -50,6 +53,10 @@ func decodeCommon(data []byte) (Request, bool) {
 			}
 		case bitMetadata:
 			if req.Metadata, ok = s.stringMap(); !ok {
+				return Request{}, false
+			}
+		case bitAttachments:
+			if req.Attachments, ok = s.refs(); !ok {
 				return Request{}, false
 			}
 		case bitCreatedAt:
@@ -111,6 +118,7 @@ const (
 	bitReplyTo
 	bitMetadata
 	bitCreatedAt
+	bitAttachments
 )
 
 // fieldBit returns the bit of the envelope's name, matched exactly (case-sensitively, as
@@ -135,6 +143,8 @@ func fieldBit(name []byte) (uint16, bool) {
 		return bitMetadata, true
 	case "created_at":
 		return bitCreatedAt, true
+	case "attachments":
+		return bitAttachments, true
 	}
 	return 0, false
 }
@@ -255,4 +265,83 @@ func (s *scanner) stringMap() (map[string]string, bool) {
 		return m, s.consume('}')
 	}
 	return nil, false
+}
+
+// refs reads an array of attachment references, each an object of a reference's own names at
+// most once (id, name and media_type plain strings, size a plain integer), at most
+// MaxAttachments of them (past it, the full decoder says so).
+func (s *scanner) refs() ([]attachment.Ref, bool) {
+	if !s.consume('[') {
+		return nil, false
+	}
+	refs := []attachment.Ref{}
+	if s.consume(']') {
+		return refs, true
+	}
+	for len(refs) < MaxAttachments {
+		r, ok := s.ref()
+		if !ok {
+			return nil, false
+		}
+		refs = append(refs, r)
+		if s.consume(',') {
+			continue
+		}
+		return refs, s.consume(']')
+	}
+	return nil, false
+}
+
+// ref reads one attachment reference of refs.
+func (s *scanner) ref() (attachment.Ref, bool) {
+	var (
+		r    attachment.Ref
+		seen uint8
+	)
+	if !s.consume('{') {
+		return r, false
+	}
+	if s.consume('}') {
+		return r, true
+	}
+	for {
+		name, ok := s.plainString()
+		if !ok || !s.consume(':') {
+			return r, false
+		}
+		var (
+			bit uint8
+			dst *string // nil for size, the one number
+		)
+		switch string(name) {
+		case "id":
+			bit, dst = 1, &r.ID
+		case "size":
+			bit = 2
+		case "name":
+			bit, dst = 4, &r.Name
+		case "media_type":
+			bit, dst = 8, &r.MediaType
+		default:
+			return r, false // an unknown name (maybe a case variant)
+		}
+		if seen&bit != 0 {
+			return r, false
+		}
+		seen |= bit
+		if dst == nil {
+			r.Size, ok = s.integer(18)
+		} else {
+			var v []byte
+			v, ok = s.plainString()
+			*dst = string(v)
+		}
+		if !ok {
+			return r, false
+		}
+		if s.consume(',') {
+			continue
+		}
+		return r, s.consume('}')
+	}
 }

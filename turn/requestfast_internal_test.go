@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/turnstile-go/turnstile/attachment"
 )
 
 // decodeSlow is Decode without its fast path.
@@ -39,6 +41,12 @@ func requireSameDecode(t *testing.T, data []byte) {
 
 const fastID = "6f1b7c1e-2d8f-4a53-9c1e-0f6f3a3c2b10"
 
+// fastRef and fastRef2 are attachment ids.
+const (
+	fastRef  = "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+	fastRef2 = "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+)
+
 // commonEnvelopes are envelopes of the shapes decodeCommon reads or refuses, beside those
 // that must fall back.
 var commonEnvelopes = []string{
@@ -48,6 +56,9 @@ var commonEnvelopes = []string{
 	`{"schema":1,"request_id":"` + fastID + `","conversation_id":"c","user_id":"u","text":"hi","metadata":{}}`,
 	`{"schema":1,"request_id":"` + fastID + `","conversation_id":"c","user_id":"u","text":"é 世界 🙂"}`,
 	`{"schema":1,"request_id":"` + fastID + `","conversation_id":"c","user_id":"u","text":"hi","created_at":"2026-11-30T05:00:00.123+01:00"}`,
+	`{"schema":1,"request_id":"` + fastID + `","conversation_id":"c","user_id":"u","text":"see the log","attachments":[{"id":"` + fastRef + `","size":6291456,"name":"server.log","media_type":"text/plain; charset=utf-8"},{"media_type":"x","size":0,"id":"` + fastRef2 + `"}]}`,
+	`{"schema":1,"request_id":"` + fastID + `","conversation_id":"c","user_id":"u","text":"hi","attachments":[]}`,
+	`{"schema":1,"request_id":"` + fastID + `","conversation_id":"c","user_id":"u","text":"hi","attachments":[ { } ]}`,
 	// refused by Validate, after either path
 	`{}`,
 	`{"schema":2,"request_id":"` + fastID + `","conversation_id":"c","user_id":"u","text":"hi"}`,
@@ -55,7 +66,22 @@ var commonEnvelopes = []string{
 	`{"schema":1,"request_id":"not-a-uuid","conversation_id":" c","user_id":"u","text":" "}`,
 	`{"schema":0,"request_id":"","conversation_id":"","user_id":"","text":""}`,
 	`{"schema":1,"request_id":"` + fastID + `","conversation_id":"c","user_id":"u","text":"hi","metadata":{"":"x"}}`,
+	`{"schema":1,"request_id":"` + fastID + `","conversation_id":"c","user_id":"u","text":"hi","attachments":[{"id":"` + fastRef + `","size":1},{"id":"` + fastRef + `","size":1}]}`,
+	`{"schema":1,"request_id":"` + fastID + `","conversation_id":"c","user_id":"u","text":"hi","attachments":[{"id":"sha256:abc","size":1}]}`,
+	`{"schema":1,"request_id":"` + fastID + `","conversation_id":"c","user_id":"u","text":"hi","attachments":[{"id":"` + strings.ToUpper(fastRef) + `","size":1}]}`,
+	`{"schema":1,"request_id":"` + fastID + `","conversation_id":"c","user_id":"u","text":"hi","attachments":[{"id":"` + fastRef + `","size":1,"name":"a\u0007"}]}`,
 	// left to the full decoder
+	`{"schema":1,"request_id":"` + fastID + `","conversation_id":"c","user_id":"u","text":"hi","attachments":[{"id":"` + fastRef + `","size":-1}]}`,
+	`{"schema":1,"request_id":"` + fastID + `","conversation_id":"c","user_id":"u","text":"hi","attachments":[{"id":"` + fastRef + `","size":1.0}]}`,
+	`{"schema":1,"request_id":"` + fastID + `","conversation_id":"c","user_id":"u","text":"hi","attachments":[{"id":"` + fastRef + `","size":"1"}]}`,
+	`{"schema":1,"request_id":"` + fastID + `","conversation_id":"c","user_id":"u","text":"hi","attachments":[{"id":"` + fastRef + `","size":1,"ID":"x"}]}`,
+	`{"schema":1,"request_id":"` + fastID + `","conversation_id":"c","user_id":"u","text":"hi","attachments":[{"id":"` + fastRef + `","size":1,"id":"` + fastRef2 + `"}]}`,
+	`{"schema":1,"request_id":"` + fastID + `","conversation_id":"c","user_id":"u","text":"hi","attachments":[{"id":"` + fastRef + `","size":1,"sha":"x"}]}`,
+	`{"schema":1,"request_id":"` + fastID + `","conversation_id":"c","user_id":"u","text":"hi","attachments":null}`,
+	`{"schema":1,"request_id":"` + fastID + `","conversation_id":"c","user_id":"u","text":"hi","attachments":[null]}`,
+	`{"schema":1,"request_id":"` + fastID + `","conversation_id":"c","user_id":"u","text":"hi","attachments":{}}`,
+	`{"schema":1,"request_id":"` + fastID + `","conversation_id":"c","user_id":"u","text":"hi","attachments":[{"id":"` + fastRef + `","size":1},]}`,
+	`{"schema":1,"request_id":"` + fastID + `","conversation_id":"c","user_id":"u","text":"hi","Attachments":[]}`,
 	`{"schema":1,"request_id":"` + fastID + `","conversation_id":"c","user_id":"u","text":"h\u00e9"}`,
 	`{"schema":1,"request_id":"` + fastID + `","conversation_id":"c","user_id":"u","text":"a\nb"}`,
 	`{"schema":1,"request_id":"` + fastID + `","conversation_id":"c","user_id":"u","text":"hi","USER_ID":"v"}`,
@@ -98,13 +124,20 @@ func TestDecodeCommonAgreesWithTheFullDecoder(t *testing.T) {
 		meta := strings.Join(strings.Split(many.String(), ",")[1:n+1], ",")
 		requireSameDecode(t, []byte(`{"schema":1,"request_id":"`+fastID+`","conversation_id":"c","user_id":"u","text":"hi","metadata":{`+meta+`}}`))
 	}
+	for _, n := range []int{MaxAttachments, MaxAttachments + 1} {
+		refs := make([]string, n)
+		for i := range refs {
+			refs[i] = fmt.Sprintf(`{"id":"sha256:%064x","size":%d}`, i, i)
+		}
+		requireSameDecode(t, []byte(`{"schema":1,"request_id":"`+fastID+`","conversation_id":"c","user_id":"u","text":"hi","attachments":[`+strings.Join(refs, ",")+`]}`))
+	}
 }
 
 // TestDecodeCommonReadsTheCommonShape checks that the envelopes a producer writes take the fast
 // path, so that it is not silently always falling back.
 func TestDecodeCommonReadsTheCommonShape(t *testing.T) {
 	t.Parallel()
-	for _, data := range commonEnvelopes[:6] {
+	for _, data := range commonEnvelopes[:9] {
 		_, ok := decodeCommon([]byte(data))
 		require.True(t, ok, data)
 	}
@@ -115,6 +148,13 @@ func TestDecodeCommonReadsTheCommonShape(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, Request{Schema: 1, ID: fastID, ConversationID: "c", UserID: "u", Text: "hi", Sequence: 3, ReplyTo: "r",
 		Metadata: map[string]string{"a": "b"}}, got)
+
+	refs := []attachment.Ref{{ID: fastRef, Size: 6 << 20, Name: "server.log", MediaType: "text/plain; charset=utf-8"}, {ID: fastRef2}}
+	req, err = Request{Schema: 1, ID: fastID, ConversationID: "c", UserID: "u", Text: "hi", Attachments: refs}.Encode()
+	require.NoError(t, err)
+	got, ok = decodeCommon(req)
+	require.True(t, ok, "%s", req)
+	require.Equal(t, refs, got.Attachments)
 }
 
 // FuzzDecodeCommon checks that Decode, with its fast path for the common envelope, returns

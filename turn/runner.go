@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/turnstile-go/turnstile/attachment"
 	"github.com/turnstile-go/turnstile/inbox"
 	"github.com/turnstile-go/turnstile/session"
 )
@@ -43,6 +44,14 @@ type Runner struct {
 	Sessions session.Store
 	// Inbox dedups requests and counts attempts; share it between workers (G3, G5).
 	Inbox inbox.Inbox
+	// Attachments holds the large inputs requests refer to (Request.Attachments, put by the
+	// producer, as Offload does, under the Runner's App and the request's user); share it
+	// with the producers and between workers (G4). Before the model is called, the Runner
+	// checks that it holds each of a request's attachments for the request's user, of the
+	// size the reference gives; a request whose attachment is missing, or that carries
+	// attachments while this is nil, is dead-lettered with the attachment's id in its reason.
+	// nil when requests carry no attachments.
+	Attachments attachment.Store
 	// App is the session.Key's app; default DefaultApp.
 	App string
 	// TurnTimeout bounds a whole turn, store calls included; default DefaultTurnTimeout.
@@ -272,6 +281,9 @@ func (r *Runner) runTurn(ctx context.Context, req Request, ikey string, attempt 
 		case !errors.Is(err, session.ErrNotFound):
 			return Result{}, nil, fmt.Errorf("session find turn: %w", err)
 		}
+	}
+	if err := r.checkAttachments(ctx, req); err != nil {
+		return Result{}, nil, err
 	}
 	out, err := r.respond(ctx, in)
 	if err != nil {
