@@ -59,16 +59,21 @@
 //     Config.MaxHistoryEvents events or when the server suggests it. Before it does, it
 //     rejects new submit updates (Submit sends them again to the next run), finishes the
 //     updates in flight (workflow.AllHandlersFinished) and drains the signal channel; the
-//     pending requests (at most Config.MaxCarriedBytes of them, the rest in the
-//     OverflowStore), the sequence mark and a bounded window of applied request ids travel
-//     into the next run. While signals keep arriving the server refuses the continue-as-new
-//     command and retries the task, so a run's history can overshoot the thresholds a little.
+//     pending requests (by their positions in the OverflowStore, when the workers have one),
+//     the sequence mark and a bounded window of applied request ids travel into the next run.
+//     While signals keep arriving the server refuses the continue-as-new command and retries
+//     the task, so a run's history can overshoot the thresholds a little.
 //   - A run with nothing pending ends after Config.IdleTimeout, saving its State in the
 //     workers' StateStore (WorkerOptions.States); the next request starts a new run, which
 //     loads it and goes on from the same sequence mark. Without a store idle runs keep waiting.
-//   - Activity inputs carry the request and its ids, never the transcript: the session store
-//     holds the context, so a run's history stays small however long the conversation (20
-//     turns over 300 KB contexts each stay near 30 KB of history in the tests).
+//   - Activity inputs carry the request and its ids, never the transcript nor a summary of
+//     it: the session store holds the context, which the Runner reads and writes inside the
+//     activity, so a run's history stays small however long the conversation (20 turns over
+//     300 KB contexts each stay near 30 KB of history in the tests). A request's own text is
+//     an input: it travels whole in its signal and in its turn's activity input (and, while
+//     pending across continue-as-new, in the OverflowStore's activities), up to
+//     BridgeOptions.MaxPayloadBytes; a body too large for that travels as a reference to an
+//     attachment store, put there by the producer.
 //   - The activity's start-to-close timeout is the Runner's whole-turn deadline plus a margin,
 //     it heartbeats every third of WorkerOptions.HeartbeatTimeout (a killed worker's turn is
 //     retried elsewhere after that timeout), turn.RetryAfter sets the next retry's delay, and
@@ -95,11 +100,15 @@
 // # What carries across runs
 //
 // A run hands the next one its State: the pending requests, the sequence mark and the dedup
-// window. Config.MaxCarriedBytes (256 KiB by default) bounds the pending requests it carries,
-// so that the continue-as-new input stays under MaxCarriedBytes plus the dedup window (about
-// 40 bytes per id) plus 1 KB whatever the backlog, far below the server's 2 MB payload limit;
-// the rest waits in the workers' OverflowStore (WorkerOptions.States, when it is one: SQLLedger
-// and MemoryLedger are) and comes back, oldest first, as the runs apply requests.
+// window. With an OverflowStore (WorkerOptions.States, when it is one: SQLLedger and
+// MemoryLedger are), the pending requests wait there at consecutive positions of the
+// conversation's queue and the State carries the positions, so the continue-as-new input
+// holds ids and counters, never a request's text: at most the dedup window (Config.DedupWindow
+// ids of about 40 bytes, at most MaxDedupWindow) plus about 3 KB whatever the conversation's
+// length or backlog (39,285 bytes at most over the 11 runs of a 1,000-turn conversation in the
+// tests, every payload of their histories under 115 KB). The next runs load them back, oldest
+// first, at most Config.MaxCarriedBytes/2 per activity. Without an OverflowStore they travel
+// whole in the input.
 //
 // # Operating it
 //
