@@ -33,11 +33,20 @@ func (f ModelFunc) Respond(ctx context.Context, in Input) (Output, error) { retu
 // Input is what a ModelClient gets for one turn.
 type Input struct {
 	Request Request
-	// Session is the conversation before this turn: its state and at most the Runner's
-	// HistoryLimit most recent events, oldest first. The user's message of this request is
-	// not in it; it is Request.Text. It is read-only: the Store may share its events and
-	// state with other turns (session.Store's contract), so copy an event before changing it.
+	// Session is the conversation before this turn: its state and the events after the range
+	// Summary covers (every event when there is no summary), oldest first, checkpoint events
+	// left out; the Runner keeps them within its HistoryLimit and ContextBudget by compacting.
+	// The user's message of this request is not in it; it is Request.Text. It is read-only:
+	// the Store may share its events and state with other turns (session.Store's contract),
+	// so copy an event before changing it.
 	Session session.Session
+	// Summary is the latest summary of the conversation's beginning (a checkpoint's, perhaps
+	// one this turn's compaction wrote); "" when none was needed yet. A model must give it to
+	// the model with the events: turn/agent sends it in the system prompt.
+	Summary string
+	// ContextBudget is the Runner's ContextBudget: the most tokens a model request of this
+	// turn may take.
+	ContextBudget int
 	// Attempt is the 1-based attempt number the inbox counted for this request.
 	Attempt int
 	// Replay is true when the turn runs in a replay into a sandbox (IsReplay of the turn's

@@ -57,8 +57,32 @@ type Runner struct {
 	// TurnTimeout bounds a whole turn, store calls included; default DefaultTurnTimeout.
 	// A turn that runs past it fails its attempt with ErrTurnTimeout.
 	TurnTimeout time.Duration
-	// HistoryLimit is how many recent events the model sees; default DefaultHistoryLimit.
+	// HistoryLimit is how many recent events the Runner reads of a session first, and the
+	// most events the model sees after the latest checkpoint's range: more uncovered events
+	// start a compaction, as a model input over half of ContextBudget does. When the latest
+	// checkpoint's range ends before the events read, the Runner reads further back: no
+	// event leaves the model's view uncovered (G4). Default DefaultHistoryLimit.
 	HistoryLimit int
+	// ContextBudget is the most tokens a model request of a turn may take; default
+	// DefaultContextBudget. The Runner keeps its part (the session's state, the latest
+	// summary, the events after it, the request) within half of it, folding the oldest turns
+	// into a summary when it would not be (a compaction: a journal step, CompactStep, whose
+	// summary is stored as a checkpoint event in the turn's own append, and takes at most an
+	// eighth of it); the other half is for the system prompt, the tools, the turn's own tool
+	// outputs and the answer (turn/agent checks every request against it). A request that
+	// cannot fit fails permanently (ErrOverBudget).
+	ContextBudget int
+	// Summarizer writes the summaries of compactions; default the Model when it is a
+	// Summarizer (turn/agent's Agent is, through its provider), else the Model itself asked
+	// with the summarization instruction as a turn's message.
+	Summarizer Summarizer
+	// SummaryInstruction is the summarization instruction; default
+	// DefaultSummaryInstruction. Changing it (or ContextBudget) changes CompactionPolicy.
+	SummaryInstruction string
+	// Tokens counts tokens for the budget; default the Model when it is a TokenCounter
+	// (turn/agent's Agent is when its provider is, as turn/chatcompletion's Client is), else
+	// EstimateTokens.
+	Tokens TokenCounter
 	// MaxAttempts is how many attempts a request gets before it is dead-lettered, counting
 	// deliveries that crashed (under WithCrashIsolation, as the consumer runs it, only those
 	// that crashed while the request ran alone); default DefaultMaxAttempts.
@@ -100,8 +124,8 @@ func (r *Runner) Validate() error {
 		return errors.New("turn: Runner.Sessions is nil")
 	case r.Inbox == nil:
 		return errors.New("turn: Runner.Inbox is nil")
-	case r.TurnTimeout < 0, r.HistoryLimit < 0, r.MaxAttempts < 0, r.MaxSteps < 0, r.MaxJournalBytes < 0:
-		return errors.New("turn: Runner.TurnTimeout, HistoryLimit, MaxAttempts, MaxSteps and MaxJournalBytes must not be negative")
+	case r.TurnTimeout < 0, r.HistoryLimit < 0, r.MaxAttempts < 0, r.MaxSteps < 0, r.MaxJournalBytes < 0, r.ContextBudget < 0:
+		return errors.New("turn: Runner.TurnTimeout, HistoryLimit, MaxAttempts, MaxSteps, MaxJournalBytes and ContextBudget must not be negative")
 	}
 	return nil
 }
@@ -263,11 +287,13 @@ func (r *Runner) runTurnSafely(ctx context.Context, req Request, ikey string, at
 
 func (r *Runner) runTurn(ctx context.Context, req Request, ikey string, attempt int, first bool) (Result, []byte, error) {
 	key := r.Key(req)
-	sess, err := r.getOrCreate(ctx, key)
+	v, err := r.loadView(ctx, key)
 	if err != nil {
 		return Result{}, nil, err
 	}
-	in := Input{Request: req, Session: sess, Attempt: attempt, Replay: IsReplay(ctx)}
+	sess := v.sess
+	in := Input{Request: req, Session: sess, Attempt: attempt, Replay: IsReplay(ctx), ContextBudget: r.contextBudget()}
+	in.Session.Events, in.Summary = v.uncovered, v.cp.Summary
 	if in.journal, err = r.journal(ctx, ikey, in.toolScope(), first); err != nil {
 		return Result{}, nil, err
 	}
@@ -285,6 +311,10 @@ func (r *Runner) runTurn(ctx context.Context, req Request, ikey string, attempt 
 	if err := r.checkAttachments(ctx, req); err != nil {
 		return Result{}, nil, err
 	}
+	checkpoint, compacted, err := r.compact(ctx, v, &in)
+	if err != nil {
+		return Result{}, nil, err
+	}
 	out, err := r.respond(ctx, in)
 	if err != nil {
 		return Result{}, nil, fmt.Errorf("model: %w", err)
@@ -292,7 +322,10 @@ func (r *Runner) runTurn(ctx context.Context, req Request, ikey string, attempt 
 	if len(out.Events) == 0 {
 		return Result{}, nil, errors.New("model: returned no events")
 	}
-	events := make([]session.Event, 0, len(out.Events)+1)
+	events := make([]session.Event, 0, len(out.Events)+2)
+	if compacted { // stored with the turn, in its one atomic append
+		events = append(events, checkpoint)
+	}
 	events = append(events, session.Event{Author: "user", Text: req.Text})
 	events = append(events, out.Events...)
 	// Microseconds and UTC, so that the Result built from these events is the same bytes as

@@ -106,9 +106,10 @@ func New(cfg Config) (*Agent, error) {
 func (a *Agent) Respond(ctx context.Context, in turn.Input) (turn.Output, error) {
 	j := in.Journal()
 	history := append(History(in.Session.Events), Message{Role: RoleUser, Text: in.Request.Text})
+	call := modelCall{system: SystemPrompt(a.cfg.System, in.Summary), budget: in.ContextBudget}
 	var events []session.Event
 	for n := 1; ; n++ {
-		reply, err := a.model(ctx, j, n, history)
+		reply, err := a.model(ctx, j, call, history)
 		if err != nil {
 			return turn.Output{}, err
 		}
@@ -137,12 +138,24 @@ func (a *Agent) Respond(ctx context.Context, in turn.Input) (turn.Output, error)
 	}
 }
 
-// model runs the n-th model call of the turn as a journal step and returns its reply, the
+// modelCall is what the model calls of one turn share: the system prompt (with the
+// conversation's summary) and the context budget in tokens (0: none).
+type modelCall struct {
+	system string
+	budget int
+}
+
+// model runs the turn's next model call as a journal step and returns its reply, the
 // recorded one when an earlier run completed the step.
-func (a *Agent) model(ctx context.Context, j *turn.Journal, n int, history []Message) (Reply, error) {
+func (a *Agent) model(ctx context.Context, j *turn.Journal, call modelCall, history []Message) (Reply, error) {
 	step := j.Next(ModelStep)
 	out, err := j.Run(ctx, step, func(ctx context.Context, _ string) ([]byte, error) {
-		reply, err := a.cfg.Provider.Complete(ctx, Request{System: a.cfg.System, Messages: history, Tools: a.specs, Step: step})
+		req := Request{System: call.system, Messages: history, Tools: a.specs, Step: step}
+		if n := a.RequestTokens(req); call.budget > 0 && n > call.budget {
+			return nil, turn.Permanent(fmt.Errorf("%w: model call %d would send %d tokens, the budget is %d (turn.Runner.ContextBudget); the turn's own tool outputs grew past it: read attachments in smaller pages",
+				turn.ErrOverBudget, step.Ordinal, n, call.budget))
+		}
+		reply, err := a.cfg.Provider.Complete(ctx, req)
 		if err != nil {
 			return nil, err
 		}

@@ -9,11 +9,13 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/shared"
+	"github.com/tiktoken-go/tokenizer"
 
 	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/turn"
@@ -120,6 +122,8 @@ type Client struct {
 	cfg         Config
 	completions openai.ChatCompletionService
 	loop        *agent.Agent
+	codecOnce   sync.Once
+	tokens      tokenizer.Codec // Config.Model's tokenizer, nil when tiktoken has none
 }
 
 var (

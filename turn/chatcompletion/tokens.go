@@ -1,0 +1,49 @@
+package chatcompletion
+
+import (
+	"context"
+
+	"github.com/tiktoken-go/tokenizer"
+
+	"github.com/turnstile-go/turnstile/turn"
+)
+
+var (
+	_ turn.Summarizer   = (*Client)(nil)
+	_ turn.TokenCounter = (*Client)(nil)
+)
+
+// Summarize implements turn.Summarizer with the Client's loop (agent.Agent.Summarize): one
+// request to the server, the summarization instruction as its system prompt, no tools. A
+// Runner whose Model is the Client compacts with it unless Runner.Summarizer is set.
+func (c *Client) Summarize(ctx context.Context, in turn.SummaryInput) (string, error) {
+	return c.loop.Summarize(ctx, in)
+}
+
+// CountTokens implements turn.TokenCounter: the tokens of text in the encoding of
+// Config.Model as OpenAI's tiktoken counts them (github.com/tiktoken-go/tokenizer, which
+// embeds the vocabularies: o200k_base for gpt-4o, gpt-4.1, gpt-5 and the o-series, cl100k_base
+// for gpt-4 and gpt-3.5), or turn.EstimateTokens for a model tiktoken does not know (an
+// Ollama or vLLM model), whose tokenizer this client cannot see.
+func (c *Client) CountTokens(text string) int {
+	codec := c.codec()
+	if codec == nil {
+		return turn.EstimateTokens(text)
+	}
+	n, err := codec.Count(text)
+	if err != nil {
+		return turn.EstimateTokens(text)
+	}
+	return n
+}
+
+// codec returns the tokenizer of the Client's model, nil when tiktoken has none; it is made
+// once, on first use, for the vocabularies are large.
+func (c *Client) codec() tokenizer.Codec {
+	c.codecOnce.Do(func() {
+		if codec, err := tokenizer.ForModel(tokenizer.Model(c.cfg.Model)); err == nil {
+			c.tokens = codec
+		}
+	})
+	return c.tokens
+}

@@ -1,0 +1,332 @@
+package turn
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/turnstile-go/turnstile/session"
+)
+
+// Defaults of the context budget.
+const (
+	// DefaultContextBudget is Runner.ContextBudget's default: 32,000 tokens per model request,
+	// within every current model's context window, so that the Runner's part of it (half)
+	// keeps a long conversation's cost per turn flat.
+	DefaultContextBudget = 32_000
+	// CompactStep is the journal step name of a compaction (Journal.Next).
+	CompactStep = "compact"
+	// eventOverheadTokens is what counting adds per event or message: its role and framing
+	// in the provider's encoding (OpenAI's chat format spends 3 to 4 tokens a message).
+	eventOverheadTokens = 4
+)
+
+// DefaultSummaryInstruction is the summarization instruction a Runner uses when
+// Runner.SummaryInstruction is "". The policy id (Runner.CompactionPolicy) hashes it, so a
+// changed instruction starts a new summary instead of extending one written under another.
+const DefaultSummaryInstruction = `You maintain the running summary of a conversation between a user and an assistant, so that the assistant can continue it without the messages summarized.
+Write a new summary that replaces the previous one: keep every fact the user gave (names, numbers, order ids, dates, addresses, preferences), every commitment and decision the assistant made, the tools called and what they returned that still matters, and the open questions. Copy verbatim every line that starts with "FACT:". Drop small talk. Write plain text, no preamble.`
+
+// ErrOverBudget is wrapped by the permanent error of a turn whose model input cannot fit the
+// context budget whatever is compacted: a request (or the session's state) over half of
+// Runner.ContextBudget. The reason gives both sizes in tokens. Send large inputs as
+// attachments (Request.Attachments) instead.
+var ErrOverBudget = errors.New("turn: model input over the context budget")
+
+// ErrSummaryTooLong is wrapped by the error of a compaction whose summary is empty or over
+// its budget (an eighth of Runner.ContextBudget): a failed attempt, never a truncated summary.
+var ErrSummaryTooLong = errors.New("turn: summary over its budget")
+
+// TokenCounter counts the tokens of a text as a model's tokenizer does. turn/chatcompletion's
+// Client counts with OpenAI's encodings; EstimateTokens is the fallback.
+type TokenCounter interface {
+	CountTokens(text string) int
+}
+
+// TokenCounterFunc adapts a function to TokenCounter.
+type TokenCounterFunc func(text string) int
+
+// CountTokens calls f.
+func (f TokenCounterFunc) CountTokens(text string) int { return f(text) }
+
+// EstimateTokens estimates the tokens of text without a tokenizer: one token per three bytes
+// of UTF-8, rounded up. BPE tokenizers (OpenAI's o200k and cl100k, Anthropic's) average about
+// four bytes a token on English text and code and two to three on other scripts, so the
+// estimate errs high, which keeps an estimated budget a safe one.
+func EstimateTokens(text string) int { return (len(text) + 2) / 3 }
+
+// Summarizer writes the summary of a conversation's beginning for a compaction: the previous
+// summary and the events to fold into it in, the new summary out. It is called as a journal
+// step of the turn (CompactStep), so a summary that was written is never paid for again when
+// the turn runs again; like a model it may be called again for the same step after a crash.
+type Summarizer interface {
+	Summarize(ctx context.Context, in SummaryInput) (string, error)
+}
+
+// SummarizerFunc adapts a function to Summarizer.
+type SummarizerFunc func(ctx context.Context, in SummaryInput) (string, error)
+
+// Summarize calls f.
+func (f SummarizerFunc) Summarize(ctx context.Context, in SummaryInput) (string, error) {
+	return f(ctx, in)
+}
+
+// SummaryInput is what a Summarizer gets.
+type SummaryInput struct {
+	// Request is the request whose turn compacts (for its ids; its text is not summarized).
+	Request Request
+	// Instruction is the summarization instruction (Runner.SummaryInstruction, or
+	// DefaultSummaryInstruction).
+	Instruction string
+	// Previous is the summary of the events before Events; "" for the first compaction.
+	Previous string
+	// PreviousPolicy is the policy Previous was written under when it is not this
+	// compaction's (Runner.CompactionPolicy changed); "" otherwise.
+	PreviousPolicy string
+	// Events are the events to fold in, oldest first: whole turns, no checkpoint.
+	Events []session.Event
+	// MaxTokens is the most tokens the summary may take; a longer one fails the attempt
+	// (ErrSummaryTooLong).
+	MaxTokens int
+	// Step is the compaction's journal step; its Key is stable across runs of the turn.
+	Step Step
+}
+
+// Transcript renders the previous summary and the events as the text a summarizing model
+// reads (its user message), one line per event: "[seq N] author: text", with a tool call's
+// or output's Data after its text. Both shipped summarizers (the default one and
+// turn/agent's) send it, so that a summary reads the same whatever writes it.
+func (in SummaryInput) Transcript() string {
+	var b strings.Builder
+	if in.Previous != "" {
+		b.WriteString("Previous summary")
+		if in.PreviousPolicy != "" {
+			b.WriteString(" (written under an earlier summarization policy, " + in.PreviousPolicy + ")")
+		}
+		b.WriteString(":\n")
+		b.WriteString(in.Previous)
+		b.WriteString("\n\n")
+	}
+	b.WriteString("Messages to fold into the summary:\n")
+	for _, e := range in.Events {
+		b.WriteString("[seq ")
+		b.WriteString(strconv.FormatInt(e.Seq, 10))
+		b.WriteString("] ")
+		b.WriteString(cmp.Or(e.Author, "assistant"))
+		b.WriteString(": ")
+		b.WriteString(e.Text)
+		if len(e.Data) > 0 && e.Author != "user" {
+			b.WriteString(" ")
+			b.Write(e.Data)
+		}
+		b.WriteByte('\n')
+	}
+	fmt.Fprintf(&b, "\nWrite the new summary in at most %d tokens.", in.MaxTokens)
+	return b.String()
+}
+
+// modelSummarizer is the Summarizer of a Model that is not one: it asks the model itself, as
+// a turn of an empty session whose message is the instruction and the transcript, and takes
+// the text of its last event. Steps the model takes run unrecorded: the compaction is the
+// recorded step.
+type modelSummarizer struct{ m ModelClient }
+
+func (s modelSummarizer) Summarize(ctx context.Context, in SummaryInput) (string, error) {
+	req := in.Request
+	req.Text = in.Instruction + "\n\n" + in.Transcript()
+	out, err := s.m.Respond(ctx, Input{Request: req, Session: session.Session{Key: session.Key{User: req.UserID, Conversation: req.ConversationID}}})
+	if err != nil {
+		return "", err
+	}
+	if len(out.Events) == 0 {
+		return "", errors.New("summarizing model returned no events")
+	}
+	return out.Events[len(out.Events)-1].Text, nil
+}
+
+// contextBudget, summarizer, tokens and summaryInstruction are the effective settings.
+func (r *Runner) contextBudget() int { return cmp.Or(r.ContextBudget, DefaultContextBudget) }
+func (r *Runner) summaryInstruction() string {
+	return cmp.Or(r.SummaryInstruction, DefaultSummaryInstruction)
+}
+func (r *Runner) summarizer() Summarizer {
+	if r.Summarizer != nil {
+		return r.Summarizer
+	}
+	if s, ok := r.Model.(Summarizer); ok {
+		return s
+	}
+	return modelSummarizer{r.Model}
+}
+func (r *Runner) tokens() TokenCounter {
+	if r.Tokens != nil {
+		return r.Tokens
+	}
+	if c, ok := r.Model.(TokenCounter); ok {
+		return c
+	}
+	return TokenCounterFunc(EstimateTokens)
+}
+
+// CompactionPolicy returns the id of the Runner's compaction policy, "p1-" and 8 hex digits
+// of a SHA-256 of the summarization instruction and the context budget. A checkpoint records
+// it (session.CheckpointData.Policy); a turn whose latest checkpoint has another policy
+// compacts at once, telling the summarizer the old summary's policy and recording it as
+// PreviousPolicy, so summaries of two policies are never mixed without a record.
+func (r *Runner) CompactionPolicy() string {
+	sum := sha256.Sum256([]byte(r.summaryInstruction() + "\x00" + strconv.Itoa(r.contextBudget())))
+	return "p1-" + hex.EncodeToString(sum[:4])
+}
+
+// view is what the model sees of a session: the latest checkpoint and the events after the
+// range it covers.
+type view struct {
+	sess      session.Session // as loaded; Events may reach before the checkpoint
+	cp        session.Checkpoint
+	hasCP     bool
+	uncovered []session.Event // the events after cp.Through, checkpoints left out
+}
+
+// loadView loads the session, creating it on first use, and reads back as far as the latest
+// checkpoint's range needs: the window of HistoryLimit events first, more when the events the
+// checkpoint does not cover reach before it (a turn that added more events than the window).
+// No event leaves the model's view uncovered (G4).
+func (r *Runner) loadView(ctx context.Context, key session.Key) (view, error) {
+	sess, err := r.getOrCreate(ctx, key)
+	if err != nil {
+		return view{}, err
+	}
+	for {
+		cp, idx, err := session.LatestCheckpoint(sess.Events)
+		if err != nil {
+			return view{}, Permanent(err)
+		}
+		need := int64(1) // the first seq the model must see
+		if idx >= 0 {
+			need = cp.Through + 1
+		}
+		if len(sess.Events) == 0 || sess.Events[0].Seq <= need || int64(len(sess.Events)) >= sess.EventCount {
+			v := view{sess: sess, cp: cp, hasCP: idx >= 0}
+			for _, e := range sess.Events {
+				if e.Seq >= need && e.Author != session.AuthorCheckpoint {
+					v.uncovered = append(v.uncovered, e)
+				}
+			}
+			return v, nil
+		}
+		recent := sess.EventCount - need + 1
+		if idx < 0 { // the checkpoint, if any, is before the window: read further back
+			recent = min(sess.EventCount, 4*int64(len(sess.Events)))
+		}
+		if sess, err = r.Sessions.Get(ctx, key, int(recent)); err != nil {
+			return view{}, fmt.Errorf("session get %d events: %w", recent, err)
+		}
+	}
+}
+
+// eventTokens counts an event as the model's input holds it.
+func eventTokens(c TokenCounter, e session.Event) int {
+	n := c.CountTokens(e.Text) + eventOverheadTokens
+	if len(e.Data) > 0 {
+		n += c.CountTokens(string(e.Data))
+	}
+	return n
+}
+
+// compaction is a compaction step's recorded output.
+type compaction struct {
+	Summary string `json:"summary"`
+	session.CheckpointData
+}
+
+// compact keeps the model's input of the turn of in within the context budget: when the
+// Runner's part of it (state, summary, the uncovered events, the request) is over half the
+// budget, when more events are uncovered than HistoryLimit, or when the latest checkpoint has
+// another policy, it folds the oldest uncovered turns into a new summary, as the journal step
+// CompactStep, until the rest takes at most a quarter of the budget and half the window. It
+// returns the checkpoint event to store with the turn (ok false when none ran) and updates
+// in.Session.Events and in.Summary to what the model then sees.
+func (r *Runner) compact(ctx context.Context, v view, in *Input) (session.Event, bool, error) {
+	budget, counter, policy := r.contextBudget(), r.tokens(), r.CompactionPolicy()
+	summaryMax := budget / 8
+	fixed := counter.CountTokens(in.Request.Text) + counter.CountTokens(string(v.sess.State)) + 2*eventOverheadTokens
+	if fixed+summaryMax > budget/2 {
+		return session.Event{}, false, Permanent(fmt.Errorf("%w: the request and the session's state take %d tokens, and with a summary's %d that is over half the context budget of %d tokens (Runner.ContextBudget); send large inputs as attachments",
+			ErrOverBudget, fixed, summaryMax, budget))
+	}
+	sizes := make([]int, len(v.uncovered))
+	total := fixed
+	if v.hasCP {
+		total += counter.CountTokens(v.cp.Summary) + eventOverheadTokens
+	}
+	for i, e := range v.uncovered {
+		sizes[i] = eventTokens(counter, e)
+		total += sizes[i]
+	}
+	stale := v.hasCP && v.cp.Policy != policy
+	if total <= budget/2 && len(v.uncovered) <= r.historyLimit() && !stale {
+		return session.Event{}, false, nil
+	}
+	// Fold whole turns, oldest first, so that no tool call is parted from its output.
+	rest := total - fixed
+	if v.hasCP {
+		rest -= counter.CountTokens(v.cp.Summary) + eventOverheadTokens
+	}
+	target := min(budget/4, budget/2-fixed-summaryMax)
+	n := 0
+	for n < len(v.uncovered) && (rest > target || len(v.uncovered)-n > r.historyLimit()/2 || n == 0) {
+		id := v.uncovered[n].RequestID
+		for n < len(v.uncovered) && v.uncovered[n].RequestID == id {
+			rest -= sizes[n]
+			n++
+		}
+	}
+	if n == 0 {
+		return session.Event{}, false, nil // a stale policy with nothing new to fold: keep it
+	}
+	folded := v.uncovered[:n]
+	sin := SummaryInput{Request: in.Request, Instruction: r.summaryInstruction(), Events: folded, MaxTokens: summaryMax}
+	data := session.CheckpointData{From: folded[0].Seq, Through: folded[n-1].Seq, Policy: policy}
+	if v.hasCP {
+		sin.Previous = v.cp.Summary
+		data.From = v.cp.Through + 1
+		if stale {
+			sin.PreviousPolicy, data.PreviousPolicy = v.cp.Policy, v.cp.Policy
+		}
+	}
+	j := in.Journal()
+	step := j.Next(CompactStep)
+	sin.Step = step
+	out, err := j.Run(ctx, step, func(ctx context.Context, _ string) ([]byte, error) {
+		summary, err := r.summarizer().Summarize(ctx, sin)
+		if err != nil {
+			return nil, fmt.Errorf("compaction: summarize seqs %d to %d: %w", data.From, data.Through, err)
+		}
+		data.Tokens = counter.CountTokens(summary)
+		if summary == "" || data.Tokens > summaryMax {
+			return nil, fmt.Errorf("%w: the summary of seqs %d to %d takes %d tokens, the bound is 1 to %d (an eighth of Runner.ContextBudget)",
+				ErrSummaryTooLong, data.From, data.Through, data.Tokens, summaryMax)
+		}
+		return json.Marshal(compaction{Summary: summary, CheckpointData: data}) // strings and numbers
+	})
+	if err != nil {
+		return session.Event{}, false, err
+	}
+	var c compaction
+	if err := json.Unmarshal(out, &c); err != nil || c.Summary == "" {
+		return session.Event{}, false, Permanent(fmt.Errorf("turn: decode the recorded compaction step %d: %.80q", step.Ordinal, out))
+	}
+	ev, err := session.NewCheckpointEvent(session.Checkpoint{Summary: c.Summary, CheckpointData: c.CheckpointData})
+	if err != nil {
+		return session.Event{}, false, Permanent(err)
+	}
+	in.Summary = c.Summary
+	in.Session.Events = v.uncovered[n:]
+	return ev, true, nil
+}

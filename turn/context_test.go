@@ -1,0 +1,286 @@
+package turn_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/turnstile-go/turnstile/inbox"
+	"github.com/turnstile-go/turnstile/session"
+	"github.com/turnstile-go/turnstile/turn"
+)
+
+// factSummarizer keeps the lines of the previous summary and of the folded events that start
+// with "FACT:", as a scripted summarizer: the tests check the pipeline, not a model's skill.
+type factSummarizer struct {
+	calls atomic.Int64
+	fail  func(call int64) error
+	long  bool // return a summary over any budget
+}
+
+func (s *factSummarizer) Summarize(_ context.Context, in turn.SummaryInput) (string, error) {
+	n := s.calls.Add(1)
+	if s.fail != nil {
+		if err := s.fail(n); err != nil {
+			return "", err
+		}
+	}
+	if s.long {
+		return strings.Repeat("very long summary ", in.MaxTokens), nil
+	}
+	return keepFacts(in.Previous, in.Events), nil
+}
+
+// keepFacts returns the distinct "FACT:" lines of the previous summary and the events, in order.
+func keepFacts(previous string, events []session.Event) string {
+	var lines []string
+	seen := map[string]bool{}
+	add := func(text string) {
+		for _, l := range strings.Split(text, "\n") {
+			if strings.HasPrefix(l, "FACT:") && !seen[l] {
+				seen[l] = true
+				lines = append(lines, l)
+			}
+		}
+	}
+	add(previous)
+	for _, e := range events {
+		add(e.Text)
+	}
+	return "summary\n" + strings.Join(lines, "\n")
+}
+
+// viewModel records what each turn's model saw: the summary and the events.
+type viewModel struct {
+	inputs []turn.Input
+}
+
+func (m *viewModel) Respond(_ context.Context, in turn.Input) (turn.Output, error) {
+	m.inputs = append(m.inputs, in)
+	return turn.Output{Events: []session.Event{{Text: "answer to " + in.Request.Text}}}, nil
+}
+
+// compactionSetup returns a Runner with a tiny budget over memory stores.
+func compactionSetup(budget, history int) (*turn.Runner, *viewModel, *factSummarizer, *session.MemoryStore, *inbox.MemoryInbox) {
+	m, s := &viewModel{}, &factSummarizer{}
+	sessions, ib := session.NewMemoryStore(), inbox.NewMemoryInbox()
+	r := &turn.Runner{Model: m, Sessions: sessions, Inbox: ib, TurnTimeout: 10 * time.Second,
+		ContextBudget: budget, HistoryLimit: history, Summarizer: s}
+	return r, m, s, sessions, ib
+}
+
+// seen returns the texts a model input holds: its summary and its events.
+func seen(in turn.Input) string {
+	var b strings.Builder
+	b.WriteString(in.Summary)
+	for _, e := range in.Session.Events {
+		b.WriteString("\n" + e.Text)
+	}
+	return b.String()
+}
+
+func TestCompactionKeepsEveryEventInView(t *testing.T) {
+	t.Parallel()
+	r, m, s, sessions, _ := compactionSetup(400, 10)
+	ctx := context.Background()
+	var reqs []turn.Request
+	for i := 1; i <= 60; i++ {
+		text := fmt.Sprintf("message %d", i)
+		if i <= 3 {
+			text += fmt.Sprintf("\nFACT: fact %d", i)
+		}
+		req := newRequest("conv-compact", "u-1", text)
+		reqs = append(reqs, req)
+		_, err := r.Run(ctx, req)
+		require.NoError(t, err)
+	}
+	require.Positive(t, s.calls.Load(), "the budget forces compactions")
+	require.Less(t, s.calls.Load(), int64(30), "compaction is amortized: it folds down to a quarter of the budget")
+	budget := turn.EstimateTokens
+	for i, in := range m.inputs {
+		// Every earlier message is either summarized or in view: each of the first three
+		// facts, and the previous message itself.
+		require.LessOrEqual(t, len(in.Session.Events), 10, "turn %d", i+1)
+		n := budget(in.Summary) + budget(in.Request.Text)
+		for _, e := range in.Session.Events {
+			n += budget(e.Text) + 4
+		}
+		require.LessOrEqual(t, n, 200, "turn %d: the Runner's part stays within half the budget", i+1)
+		for f := 1; f <= min(i, 3); f++ {
+			require.Contains(t, seen(in), fmt.Sprintf("FACT: fact %d", f), "turn %d", i+1)
+		}
+		if i > 0 {
+			require.Contains(t, seen(in), fmt.Sprintf("message %d", i), "turn %d sees the turn before", i+1)
+		}
+	}
+	// Every checkpoint covers from where the previous one ended, and nothing is deleted.
+	key := r.Key(reqs[0])
+	sess, err := sessions.Get(ctx, key, 1000)
+	require.NoError(t, err)
+	var through int64
+	checkpoints := 0
+	for _, e := range sess.Events {
+		c, ok, err := session.CheckpointOf(e)
+		require.NoError(t, err)
+		if !ok {
+			continue
+		}
+		checkpoints++
+		require.Equal(t, through+1, c.From)
+		require.Greater(t, c.Through, through)
+		require.Less(t, c.Through, e.Seq)
+		require.Equal(t, r.CompactionPolicy(), c.Policy)
+		through = c.Through
+	}
+	require.Equal(t, int(s.calls.Load()), checkpoints)
+	require.Equal(t, int64(120+checkpoints), sess.EventCount, "every event stays in the store")
+	for _, req := range reqs {
+		events, err := sessions.FindTurn(ctx, key, req.ID)
+		require.NoError(t, err)
+		require.Equal(t, "answer to "+req.Text, events[len(events)-1].Text)
+	}
+}
+
+// TestCompactionIsAJournaledStep: a turn that compacted and then failed runs again with the
+// recorded summary, and stores one checkpoint.
+func TestCompactionIsAJournaledStep(t *testing.T) {
+	t.Parallel()
+	r, _, s, sessions, _ := compactionSetup(400, 4)
+	ctx := context.Background()
+	for i := range 3 {
+		_, err := r.Run(ctx, newRequest("conv-journal", "u-1", fmt.Sprintf("m%d", i)))
+		require.NoError(t, err)
+	}
+	require.Zero(t, s.calls.Load())
+	var fail atomic.Bool
+	fail.Store(true)
+	r.Model = turn.ModelFunc(func(_ context.Context, in turn.Input) (turn.Output, error) {
+		if fail.Load() {
+			return turn.Output{}, errors.New("model down")
+		}
+		return turn.Output{Events: []session.Event{{Text: "ok"}}}, nil
+	})
+	req := newRequest("conv-journal", "u-1", "the fourth")
+	_, err := r.Run(ctx, req)
+	require.Error(t, err)
+	require.Equal(t, int64(1), s.calls.Load(), "the compaction ran before the model failed")
+	fail.Store(false)
+	_, err = r.Run(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), s.calls.Load(), "the recorded compaction is not paid for again")
+	events, err := sessions.FindTurn(ctx, r.Key(req), req.ID)
+	require.NoError(t, err)
+	require.Equal(t, session.AuthorCheckpoint, events[0].Author)
+	c, ok, err := session.CheckpointOf(events[0])
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, int64(1), c.From)
+}
+
+func TestCompactionSadPaths(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("RequestOverBudget", func(t *testing.T) {
+		t.Parallel()
+		r, m, _, _, _ := compactionSetup(400, 10)
+		_, err := r.Run(ctx, newRequest("conv-big", "u-1", strings.Repeat("x", 600)))
+		var dl *turn.DeadLetterError
+		require.ErrorAs(t, err, &dl)
+		require.ErrorIs(t, err, turn.ErrOverBudget)
+		require.Contains(t, dl.Reason, "attachments")
+		require.Empty(t, m.inputs, "the model is not called")
+	})
+	t.Run("SummaryOverBudget", func(t *testing.T) {
+		t.Parallel()
+		r, _, s, sessions, _ := compactionSetup(400, 2)
+		s.long = true
+		var err error
+		var req turn.Request
+		for i := 0; i < 4 && err == nil; i++ {
+			req = newRequest("conv-long", "u-1", fmt.Sprintf("m%d", i))
+			_, err = r.Run(ctx, req)
+		}
+		require.ErrorIs(t, err, turn.ErrSummaryTooLong)
+		require.Equal(t, turn.KindAttempt, turn.Classify(err), "a failed attempt: a summarizer may do better next time")
+		_, err = sessions.FindTurn(ctx, r.Key(req), req.ID)
+		require.ErrorIs(t, err, session.ErrNotFound, "nothing is stored, nothing truncated")
+	})
+	t.Run("SummarizerError", func(t *testing.T) {
+		t.Parallel()
+		r, m, s, _, _ := compactionSetup(400, 2)
+		s.fail = func(int64) error { return turn.RetryAfter(time.Second, errors.New("rate limited")) }
+		var err error
+		for i := 0; i < 4 && err == nil; i++ {
+			_, err = r.Run(ctx, newRequest("conv-sumerr", "u-1", fmt.Sprintf("m%d", i)))
+		}
+		require.Equal(t, turn.KindRateLimited, turn.Classify(err), "the summarizer's kind is kept")
+		require.Len(t, m.inputs, 2)
+	})
+	t.Run("NegativeBudget", func(t *testing.T) {
+		t.Parallel()
+		r, _, _, _, _ := compactionSetup(-1, 0)
+		require.Error(t, r.Validate())
+	})
+}
+
+// TestCompactionPolicyChange: a checkpoint written under another instruction is not extended
+// silently: the next turn compacts at once and records the old policy.
+func TestCompactionPolicyChange(t *testing.T) {
+	t.Parallel()
+	r, _, s, sessions, _ := compactionSetup(400, 4)
+	ctx := context.Background()
+	var req turn.Request
+	for i := range 4 {
+		req = newRequest("conv-policy", "u-1", fmt.Sprintf("m%d", i))
+		_, err := r.Run(ctx, req)
+		require.NoError(t, err)
+	}
+	require.Equal(t, int64(1), s.calls.Load())
+	old := r.CompactionPolicy()
+	r.SummaryInstruction = "Summarize in French."
+	require.NotEqual(t, old, r.CompactionPolicy())
+	req = newRequest("conv-policy", "u-1", "after the change")
+	_, err := r.Run(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), s.calls.Load(), "the new policy compacts at once")
+	events, err := sessions.FindTurn(ctx, r.Key(req), req.ID)
+	require.NoError(t, err)
+	c, ok, err := session.CheckpointOf(events[0])
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, r.CompactionPolicy(), c.Policy)
+	require.Equal(t, old, c.PreviousPolicy)
+}
+
+// TestCompactionReadsPastTheWindow: a turn that adds more events than HistoryLimit leaves
+// none of them out of the next turn's view.
+func TestCompactionReadsPastTheWindow(t *testing.T) {
+	t.Parallel()
+	r, m, s, _, _ := compactionSetup(4000, 5)
+	ctx := context.Background()
+	big := turn.ModelFunc(func(_ context.Context, in turn.Input) (turn.Output, error) {
+		var out turn.Output
+		for i := range 12 {
+			out.Events = append(out.Events, session.Event{Author: "tool", Text: fmt.Sprintf("FACT: output %d", i)})
+		}
+		out.Events = append(out.Events, session.Event{Text: "done"})
+		return out, nil
+	})
+	r.Model = big
+	_, err := r.Run(ctx, newRequest("conv-wide", "u-1", "go"))
+	require.NoError(t, err)
+	r.Model = m
+	_, err = r.Run(ctx, newRequest("conv-wide", "u-1", "next"))
+	require.NoError(t, err)
+	require.Equal(t, int64(1), s.calls.Load(), "14 uncovered events over a window of 5: compacted")
+	for i := range 12 {
+		require.Contains(t, seen(m.inputs[0]), fmt.Sprintf("FACT: output %d", i))
+	}
+}
