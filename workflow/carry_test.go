@@ -126,6 +126,26 @@ func TestDedupNewerDropsCopies(t *testing.T) {
 	require.Len(t, newer, 4, "newer itself is left as it was")
 }
 
+// Requests loaded back from the store (versionCarryReferences) drop the copies of a request
+// queued before them, in the load or among the older pending requests, whose dead-letter mark
+// the queued one takes, and the requests applied within the dedup window; a re-drive of an
+// applied request and another user's request of an applied id stay.
+func TestDedupLoadedDropsCopies(t *testing.T) {
+	t.Parallel()
+	c := &conversation{strict: true, redrive: true, recentSet: map[string]bool{}}
+	applied, old, a, b := request("c", 1, "applied"), request("c", 2, "old"), request("c", 3, "a"), request("c", 4, "b")
+	c.recentSet[applied.ID], c.UserID = true, applied.UserID
+	stranger := applied
+	stranger.UserID = "u-2"
+	older := []Envelope{{Request: old}}
+	loaded := []Envelope{{Request: applied}, {Request: old, DeadLettered: "refused"}, {Request: a}, {Request: b},
+		{Request: a, DeadLettered: "gave up"}, {Request: applied, RedrivenFrom: "t/0/7"}, {Request: stranger}, {Request: b}}
+	got := c.dedupLoaded(loaded, older)
+	require.Equal(t, []Envelope{{Request: a, DeadLettered: "gave up"}, {Request: b}, {Request: applied, RedrivenFrom: "t/0/7"}, {Request: stranger}}, got)
+	require.Equal(t, "refused", older[0].DeadLettered, "the older pending copy takes the loaded copy's dead letter")
+	require.Empty(t, loaded[2].DeadLettered, "loaded itself is left as it was")
+}
+
 // Both stores keep the overflow by position, load it back in order within the byte bound,
 // forget what was loaded before, and say when a position is missing.
 func TestOverflowStores(t *testing.T) {
@@ -144,6 +164,10 @@ func TestOverflowStores(t *testing.T) {
 			got, err := l.LoadOverflow(ctx, "c-of", -2, 10, 1)
 			require.NoError(t, err)
 			require.Len(t, got, 1, "the first one alone passes maxBytes")
+			one := envelopeSize(envs[0]) // the five are of one size
+			got, err = l.LoadOverflow(ctx, "c-of", -2, 10, 3*one-1)
+			require.NoError(t, err)
+			require.Len(t, got, 2, "a load stops before the envelope that would pass maxBytes")
 			got, err = l.LoadOverflow(ctx, "c-of", -1, 3, 1<<20)
 			require.NoError(t, err)
 			require.Len(t, got, 3, "limit")

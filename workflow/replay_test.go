@@ -140,10 +140,17 @@ func writeHistory(t *testing.T, c client.Client, id, runID, path string) {
 	require.NoError(t, os.WriteFile(path, data, 0o644))
 }
 
+// overflowRecordName names the histories TestDevServerRecordOverflowHistories writes:
+// history_overflow_N.json were recorded before versionCarryReferences (the runs carried the
+// oldest pending requests within Config.MaxCarriedBytes), history_carry_refs_N.json with it
+// (every pending request crosses continue-as-new through the OverflowStore). Keep both.
+const overflowRecordName = "history_carry_refs_%d.json"
+
 // TestDevServerRecordOverflowHistories records, when envRecordHistories names a directory, the
-// histories of a backlog over Config.MaxCarriedBytes (versionBoundedCarry): a run that stores
-// the overflow at continue-as-new, runs that load it back and store what came in meanwhile,
-// and the last run, which ends idle (history_overflow_N.json, one per run in order).
+// histories of a backlog that crosses continue-as-new through the OverflowStore: a run that
+// stores the pending requests at continue-as-new, runs that load them back and store what came
+// in meanwhile (a redelivery among it), and the last run, which ends idle (overflowRecordName,
+// one per run in order).
 func TestDevServerRecordOverflowHistories(t *testing.T) {
 	dir := recordDir(t)
 	s := newStack(t, 1)
@@ -161,6 +168,8 @@ func TestDevServerRecordOverflowHistories(t *testing.T) {
 		later = append(later, request(conv, seq, fmt.Sprintf("m%d", seq)))
 	}
 	require.NoError(t, b.HandOff(ctx, later))
+	s.waitApplied(b, conv, 5)
+	require.NoError(t, b.HandOff(ctx, first[13:])) // a redelivery of a request waiting in the store
 	s.waitApplied(b, conv, 18)
 	require.Equal(t, int64(18), int64(len(s.model.sequences())))
 	id := b.WorkflowID(conv)
@@ -174,6 +183,6 @@ func TestDevServerRecordOverflowHistories(t *testing.T) {
 	require.True(t, overflowed, "a run stored overflow")
 	for i, e := range resp.Executions {
 		n := len(resp.Executions) - i // the list is newest first
-		writeHistory(t, s.client, id, e.Execution.RunId, filepath.Join(dir, fmt.Sprintf("history_overflow_%d.json", n)))
+		writeHistory(t, s.client, id, e.Execution.RunId, filepath.Join(dir, fmt.Sprintf(overflowRecordName, n)))
 	}
 }
