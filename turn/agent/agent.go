@@ -90,7 +90,8 @@ func New(cfg Config) (*Agent, error) {
 }
 
 // Respond runs the turn's tool loop. The history is History(in.Session.Events) and then
-// in.Request.Text as a user message. Each model call is a journal step (ModelStep) recording
+// in.Request.Text as a user message, with a note listing in.Request.Attachments (id, name,
+// media type, size) when it has some. Each model call is a journal step (ModelStep) recording
 // the Reply; each tool call of a reply takes its step (ToolStepPrefix + name) in call order,
 // then the calls run in parallel, each through turn.Journal.Run (NewTool) or
 // turn.Journal.Defer (NewDeferred). A call of a tool the Agent does not have goes back to the
@@ -105,7 +106,7 @@ func New(cfg Config) (*Agent, error) {
 // past MaxModelSteps; a failed attempt for a final reply with no text.
 func (a *Agent) Respond(ctx context.Context, in turn.Input) (turn.Output, error) {
 	j := in.Journal()
-	history := append(History(in.Session.Events), Message{Role: RoleUser, Text: in.Request.Text})
+	history := append(History(in.Session.Events), Message{Role: RoleUser, Text: a.userText(in.Request)})
 	call := modelCall{system: SystemPrompt(a.cfg.System, in.Summary), budget: in.ContextBudget}
 	var events []session.Event
 	for n := 1; ; n++ {
@@ -124,7 +125,7 @@ func (a *Agent) Respond(ctx context.Context, in turn.Input) (turn.Output, error)
 		if err != nil {
 			return turn.Output{}, turn.Permanent(err)
 		}
-		results, err := a.runTools(ctx, j, in.Replay, reply.ToolCalls)
+		results, err := a.runTools(ctx, j, in.Replay, turnKey(in), reply.ToolCalls)
 		if err != nil {
 			return turn.Output{}, err
 		}
@@ -205,7 +206,7 @@ func normalize(reply *Reply, step turn.Step, history []Message) {
 
 // runTools runs the calls of one reply: their steps taken in call order, then the calls in
 // parallel. It returns a result per call, in call order, or the first turn-level error.
-func (a *Agent) runTools(ctx context.Context, j *turn.Journal, replay bool, calls []ToolCall) ([]ToolResult, error) {
+func (a *Agent) runTools(ctx context.Context, j *turn.Journal, replay bool, key session.Key, calls []ToolCall) ([]ToolResult, error) {
 	results := make([]ToolResult, len(calls))
 	steps := make([]turn.Step, len(calls))
 	for k, c := range calls {
@@ -221,7 +222,7 @@ func (a *Agent) runTools(ctx context.Context, j *turn.Journal, replay bool, call
 				Output: fmt.Sprintf("error: unknown tool %q; the tools are the ones in this request's tool list", c.Name)}
 			continue
 		}
-		call := Call{ID: c.ID, Name: c.Name, Ordinal: steps[k].Ordinal, Key: steps[k].Key, Arguments: c.Arguments, Replay: replay}
+		call := Call{ID: c.ID, Name: c.Name, Ordinal: steps[k].Ordinal, Key: steps[k].Key, Arguments: c.Arguments, Replay: replay, Session: key}
 		g.Go(func() (err error) {
 			defer func() {
 				if v := recover(); v != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/invopop/jsonschema"
 
 	"github.com/turnstile-go/turnstile/inbox"
+	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/turn"
 )
 
@@ -54,6 +55,10 @@ type Call struct {
 	// Replay is turn.Input.Replay: true when the turn runs in a replay into a sandbox, where a
 	// side-effecting tool must be stubbed or pointed at a sandbox.
 	Replay bool
+	// Session is the key of the turn's session: the Runner's App, and the request's user and
+	// conversation. A tool that reaches a user's data scopes it by Session.User (G7), as
+	// AttachmentTool does.
+	Session session.Key
 }
 
 // Tool is a function the model may call: a name, a description, a JSON schema of its
