@@ -17,13 +17,26 @@ const SummaryHeading = "Summary of the conversation so far (its earlier messages
 // protocols carry a system prompt outside the alternation of user and assistant messages, so
 // the summary never breaks it.
 func SystemPrompt(system, summary string) string {
-	switch {
-	case summary == "":
+	if summary == "" {
 		return system
-	case system == "":
-		return SummaryHeading + "\n" + summary
 	}
-	return system + "\n\n" + SummaryHeading + "\n" + summary
+	return JoinSystem(system, SummaryHeading+"\n"+summary)
+}
+
+// JoinSystem joins the parts of a system prompt that are not empty with a blank line: a
+// client's own prompt (its Config.SystemPrompt) and a request's (Request.System).
+func JoinSystem(parts ...string) string {
+	var out string
+	for _, p := range parts {
+		switch {
+		case p == "":
+		case out == "":
+			out = p
+		default:
+			out += "\n\n" + p
+		}
+	}
+	return out
 }
 
 var (

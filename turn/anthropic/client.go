@@ -47,7 +47,9 @@ type Config struct {
 	APIKey string
 	// Model is the model name ("claude-sonnet-4-5", ...).
 	Model string
-	// SystemPrompt, when not empty, is sent as the request's "system".
+	// SystemPrompt, when not empty, is sent as the request's "system", before the request's
+	// own system prompt (agent.Request.System: the conversation's summary, or the
+	// summarization instruction).
 	SystemPrompt string
 	// MaxTokens bounds the tokens of each reply ("max_tokens", which the API requires); 0
 	// means DefaultMaxTokens.
@@ -250,7 +252,7 @@ func (c *Client) params(req agent.Request) sdk.MessageNewParams {
 		MaxTokens: int64(c.cfg.MaxTokens),
 		Messages:  Messages(req.Messages),
 	}
-	if system := c.cfg.SystemPrompt; system != "" {
+	if system := agent.JoinSystem(c.cfg.SystemPrompt, req.System); system != "" {
 		p.System = []sdk.TextBlockParam{{Text: system}}
 	}
 	for _, t := range req.Tools {

@@ -51,7 +51,9 @@ type Config struct {
 	APIKey string
 	// Model is the model name the server knows ("gpt-4o-mini", "llama3.2", ...).
 	Model string
-	// SystemPrompt, when not empty, is sent as the first message of every request.
+	// SystemPrompt, when not empty, is sent as the first message of every request, before the
+	// request's own system prompt (agent.Request.System: the conversation's summary, or the
+	// summarization instruction), in one system message.
 	SystemPrompt string
 	// Temperature is the sampling temperature in [0, 2], OpenAI's range; nil leaves it to the
 	// server.
@@ -261,7 +263,7 @@ func (c *Client) Complete(ctx context.Context, req agent.Request) (agent.Reply, 
 func (c *Client) params(req agent.Request) openai.ChatCompletionNewParams {
 	p := openai.ChatCompletionNewParams{
 		Model:    c.cfg.Model,
-		Messages: messages(c.cfg.SystemPrompt, req.Messages),
+		Messages: messages(agent.JoinSystem(c.cfg.SystemPrompt, req.System), req.Messages),
 	}
 	for _, t := range req.Tools {
 		def := shared.FunctionDefinitionParam{Name: t.Name, Parameters: shared.FunctionParameters(t.Schema)}
