@@ -28,7 +28,7 @@
 //	                production topic, and a copy the sandbox already holds
 //	lag             committed offset, end offset and lag per partition for a group; a group
 //	                with no committed offset on the topic is not found
-//	migrate         create or upgrade the session and inbox tables
+//	migrate         create or upgrade the session, inbox and attachment tables
 //	size            turns in flight (Little's law), members and partitions for a turn time
 //	                and a rate, as a table and a PNG or SVG plot
 //	held            Temporal mode: conversations held at a sequence gap (visibility, then
@@ -111,7 +111,7 @@ Commands:
                   or sessions idle for too long (--dry-run lists them)
   replay          copy recorded requests into a sandbox requests topic
   lag             committed offset, end offset and lag per partition for a consumer group
-  migrate         create or upgrade the session and inbox tables
+  migrate         create or upgrade the session, inbox and attachment tables
   size            turns in flight, members and partitions for a turn time and a rate, with a plot
   held            Temporal mode: conversations held at a sequence gap, with their missing sequences
   release         Temporal mode: release a held conversation now (gap dead letters, held requests applied)

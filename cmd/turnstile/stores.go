@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/turnstile-go/turnstile/attachment"
 	"github.com/turnstile-go/turnstile/inbox"
 	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/session/sqlsession"
@@ -57,6 +58,11 @@ idle for longer than --idle-for. A later request of a deleted session starts a f
 --dry-run lists the sessions it would delete (at most 1000; --json for JSON) and deletes
 nothing.
 
+A user's deletion, and --idle-for, also delete the user's attachments (those last put longer
+ago than --idle-for) from the attachment store in the database (its tables, when turnstile
+migrate made them) and, with --attachments-dir, from a service's filesystem store there.
+Attachments belong to a user, not a conversation: --conversation deletes none.
+
 In Temporal mode give --user alone with --temporal (and --namespace, --id-prefix as the
 service's): the user's conversation workflows go first, since their histories hold the user's
 texts (every run of the conversations of the user's sessions, and of those the visibility
@@ -69,15 +75,16 @@ Examples:
   turnstile session delete --db postgres://turnstile@db:5432/agent --user u-12 --dry-run
   turnstile session delete --db postgres://turnstile@db:5432/agent --user u-12
   turnstile session delete --db postgres://turnstile@db:5432/agent --user u-12 --temporal temporal:7233
+  turnstile session delete --db postgres://turnstile@db:5432/agent --user u-12 --attachments-dir /srv/agent/attachments
   turnstile session delete --db postgres://turnstile@db:5432/agent --user u-12 --conversation c-7731
   turnstile session delete --db sqlite:/var/lib/agent/turnstile.db --idle-for 2160h
 `
 
 const migrateUsage = `
-Creates or upgrades the session and inbox tables (with --ledger, Temporal mode's ledger too)
-to this version's schema. Safe to run from several places at once, and again: what is done
-already is left alone. A SQLite file that does not exist is created (no other command
-creates one: they fail with "no SQLite database at PATH").
+Creates or upgrades the session, inbox and attachment tables (with --ledger, Temporal mode's
+ledger too) to this version's schema. Safe to run from several places at once, and again:
+what is done already is left alone. A SQLite file that does not exist is created (no other
+command creates one: they fail with "no SQLite database at PATH").
 
 Examples:
   turnstile migrate --db postgres://turnstile@db:5432/agent
@@ -270,6 +277,7 @@ func sessionDelete(ctx context.Context, e *env, args []string) error {
 	conv := f.String("conversation", "", "with --user: delete this conversation only")
 	idle := f.Duration("idle-for", 0, "delete the app's sessions not updated for this long (720h is 30 days)")
 	dry := f.Bool("dry-run", false, "list the sessions that would be deleted, and delete nothing")
+	attachmentsDir := f.String("attachments-dir", "", "with --user or --idle-for: delete attachments from the filesystem store in this directory too")
 	if err := f.parse(args); err != nil {
 		return err
 	}
@@ -288,6 +296,8 @@ func sessionDelete(ctx context.Context, e *env, args []string) error {
 		return usagef("--json goes with --dry-run")
 	case *f.temporal != "" && (*user == "" || *conv != ""):
 		return usagef("--temporal goes with --user alone (a user's deletion)")
+	case *attachmentsDir != "" && *conv != "":
+		return usagef("--attachments-dir goes with --user alone or --idle-for: attachments belong to a user, not a conversation")
 	}
 	ctx, ss, _, done, err := f.open(ctx)
 	if err != nil {
@@ -328,12 +338,20 @@ func sessionDelete(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		fmt.Fprintf(e.stdout, "deleted %d sessions of user %s in app %s\n", n, *user, *f.app)
+		return deleteAttachments(ctx, e, f, ss.TxDB(), *attachmentsDir, fmt.Sprintf("of user %s in app %s", *user, *f.app),
+			func(ctx context.Context, s attachment.Retention) (int64, error) {
+				return s.DeleteUser(ctx, *f.app, *user)
+			})
 	default:
 		n, err := ss.DeleteIdle(ctx, *f.app, cutoff)
 		if err != nil {
 			return partly(n, "deleted %d sessions", err)
 		}
 		fmt.Fprintf(e.stdout, "deleted %d sessions of app %s idle since before %s\n", n, *f.app, cutoff.UTC().Format(time.RFC3339))
+		return deleteAttachments(ctx, e, f, ss.TxDB(), *attachmentsDir, fmt.Sprintf("of app %s last put before %s", *f.app, cutoff.UTC().Format(time.RFC3339)),
+			func(ctx context.Context, s attachment.Retention) (int64, error) {
+				return s.DeleteIdle(ctx, *f.app, cutoff)
+			})
 	}
 	return nil
 }
@@ -396,6 +414,13 @@ func migrateCmd(ctx context.Context, e *env, args []string) error {
 	if err := ib.Migrate(ctx); err != nil {
 		return err
 	}
+	as, err := f.sqlAttachments(ss.TxDB())
+	if err != nil {
+		return err
+	}
+	if err := as.Migrate(ctx); err != nil {
+		return err
+	}
 	if *ledger {
 		l, done, err := f.ledger()
 		if err != nil {
@@ -407,6 +432,6 @@ func migrateCmd(ctx context.Context, e *env, args []string) error {
 		}
 		fmt.Fprintf(e.stdout, "Temporal mode's ledger tables (prefix %s) are at this version's schema\n", *f.prefix)
 	}
-	fmt.Fprintf(e.stdout, "sessions and inbox tables (prefix %s) are at this version's schema\n", *f.prefix)
+	fmt.Fprintf(e.stdout, "sessions, inbox and attachment tables (prefix %s) are at this version's schema\n", *f.prefix)
 	return nil
 }
