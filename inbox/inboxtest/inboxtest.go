@@ -35,6 +35,10 @@
 // A lease's end is not waited for but for one lease of 50 ms; Retry with a time in the past
 // stands in for the others.
 //
+// When the inbox implements inbox.Eraser, Run checks Erase (the subtests under "Eraser"): the
+// entries a scope selects go whatever their status, with their steps and intents, and nothing
+// else; 450 conversations in one call; ErrInvalid before anything is erased.
+//
 // RunBatched checks an inbox that batches the Begins of concurrent callers (for
 // inbox/sqlinbox, Options.Batch): each caller's own entry out of one batch, a batch that fails
 // (the caller says how to break the inbox), a caller that gives up. Run it besides Run.
@@ -64,6 +68,7 @@ func Run(t *testing.T, newInbox func(t *testing.T) inbox.Inbox) {
 	suite.RunOptional(t, "Journal", newInbox, journalCases)
 	suite.RunOptional(t, "Outbox", newInbox, outboxCases)
 	suite.RunOptional(t, "PromoteTx", newInbox, txOutboxCases)
+	suite.RunOptional(t, "Eraser", newInbox, eraseCases)
 }
 
 // runParallel runs each case as a parallel subtest on a value newValue makes in it.

@@ -28,7 +28,9 @@
 // the outbox's intents (inbox.Outbox) are PREFIX+"outbox", keyed by id
 // (inbox.IntentID), with an index on (status, next_at) for Claim. Purge deletes a purged
 // entry's steps in the same transaction, and delivered and dead intents last updated before
-// its cutoff; Redrive deletes the entry's steps in its transaction.
+// its cutoff; Redrive deletes the entry's steps in its transaction. Erase (inbox.Eraser, a
+// data-deletion request's part) deletes the entries, steps and intents of given conversations
+// whatever their status, reading the tables through once per 200 conversations.
 //
 // # The outbox
 //
