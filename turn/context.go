@@ -96,6 +96,11 @@ type SummaryInput struct {
 	MaxTokens int
 	// Step is the compaction's journal step; its Key is stable across runs of the turn.
 	Step Step
+	// Checkpoint is what the checkpoint of this summary will record: the seqs it folds
+	// (From, Through: the whole range past the previous checkpoint, checkpoints included),
+	// Policy and PreviousPolicy. Tokens is 0: the summary is not written yet. A decorator
+	// (turn/turnotel's span) reads the compaction's figures from it.
+	Checkpoint session.CheckpointData
 }
 
 // Transcript renders the previous summary and the events as the text a summarizing model
@@ -159,16 +164,30 @@ func (r *Runner) summarizer() Summarizer {
 	if r.Summarizer != nil {
 		return r.Summarizer
 	}
-	if s, ok := r.Model.(Summarizer); ok {
-		return s
-	}
-	return modelSummarizer{r.Model}
+	return ModelSummarizer(r.Model)
 }
 func (r *Runner) tokens() TokenCounter {
 	if r.Tokens != nil {
 		return r.Tokens
 	}
-	if c, ok := r.Model.(TokenCounter); ok {
+	return ModelTokenCounter(r.Model)
+}
+
+// ModelSummarizer returns the Summarizer a Runner whose Summarizer is nil compacts with: m
+// itself when it is a Summarizer, else m asked with the summarization instruction and the
+// transcript as the message of a turn of an empty session. A decorator of a ModelClient
+// (turn/turnotel's) implements Summarize with it, so that wrapping a Model changes nothing.
+func ModelSummarizer(m ModelClient) Summarizer {
+	if s, ok := m.(Summarizer); ok {
+		return s
+	}
+	return modelSummarizer{m}
+}
+
+// ModelTokenCounter returns the TokenCounter a Runner whose Tokens is nil counts with: m
+// itself when it is a TokenCounter, else EstimateTokens.
+func ModelTokenCounter(m ModelClient) TokenCounter {
+	if c, ok := m.(TokenCounter); ok {
 		return c
 	}
 	return TokenCounterFunc(EstimateTokens)
@@ -302,7 +321,7 @@ func (r *Runner) compact(ctx context.Context, v view, in *Input) (session.Event,
 	}
 	j := in.Journal()
 	step := j.Next(CompactStep)
-	sin.Step = step
+	sin.Step, sin.Checkpoint = step, data
 	out, err := j.Run(ctx, step, func(ctx context.Context, _ string) ([]byte, error) {
 		summary, err := r.summarizer().Summarize(ctx, sin)
 		if err != nil {

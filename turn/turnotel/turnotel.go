@@ -1,14 +1,15 @@
-// Package turnotel instruments a turn.Runner with OpenTelemetry: a span per store call and
-// per model call, and the model's duration as a histogram. It uses the OpenTelemetry API
-// only (go.opentelemetry.io/otel/trace and /metric); the host brings the SDK and its
-// exporters and hands their providers in Options.
+// Package turnotel instruments a turn.Runner with OpenTelemetry: a span per store call, per
+// model call and per compaction, and the model's duration and the compactions as metrics.
+// It uses the OpenTelemetry API only (go.opentelemetry.io/otel/trace and /metric); the host
+// brings the SDK and its exporters and hands their providers in Options.
 //
 // The consumer (consumer.Config.Telemetry) and the Temporal worker
 // (workflow.WorkerOptions.Telemetry) apply it to the Runner they are given, so a host sets
 // the providers once. The decorators wrap the Runner's ModelClient, session.Store and
 // inbox.Inbox the way Watermill's decorators wrap a publisher: they keep the optional
-// interfaces the Runner looks for (session.TxAppender, inbox.TxCompleter, CheckConcurrency),
-// so the joint append-and-complete transaction still happens.
+// interfaces the Runner looks for (session.TxAppender, inbox.TxCompleter, CheckConcurrency,
+// and on the model turn.Summarizer and turn.TokenCounter), so the joint append-and-complete
+// transaction still happens and a compaction summarizes and counts as it would unwrapped.
 //
 // Spans, each a child of the span in the caller's context (the consumer's "process" span):
 //
@@ -16,6 +17,12 @@
 //	session.Get, session.Create, session.FindTurn              the session load
 //	session.Append (or session.AppendTx with inbox.CompleteTx inside it)
 //	model.Respond                                              the host's model call
+//	compaction.Summarize                                       a compaction (turn.CompactStep)
+//
+// A compaction's span carries the conversation and request ids, the seqs it folds, the
+// events folded, the policy and the summary's tokens, and is counted in MetricCompactions
+// (with MetricCompactionSummaryTokens); a compaction the journal answers (the turn ran again
+// after it) runs no summarizer and makes neither.
 //
 // A failed call records its error and sets the span's status to Error. Texts of requests
 // and replies are never put on spans.
@@ -82,13 +89,30 @@ func (o Options) TextMapPropagator() propagation.TextMapPropagator {
 }
 
 // Runner returns a copy of r whose Model, Sessions and Inbox are instrumented (Model,
-// Sessions, Inbox), or r itself when o is off or r is nil. r is not changed.
+// Sessions, Inbox), or r itself when o is off or r is nil. r is not changed. Its
+// compactions get a span and metrics (compaction.Summarize) whoever summarizes: the wrapped
+// Model as Model says, or r.Summarizer, wrapped the same way, when r has one; the summary's
+// tokens on them are counted with r's counter (r.Tokens, else the Model's).
 func Runner(r *turn.Runner, o Options) *turn.Runner {
 	if r == nil || !o.Enabled() {
 		return r
 	}
 	cp := *r
-	cp.Model = Model(r.Model, o)
+	counter := r.Tokens
+	if counter == nil && r.Model != nil {
+		counter = turn.ModelTokenCounter(r.Model)
+	}
+	var c *compactions
+	if r.Model != nil {
+		im := newModel(r.Model, o, counter)
+		cp.Model, c = im, im.compactions
+	}
+	if r.Summarizer != nil {
+		if c == nil {
+			c = newCompactions(o, counter)
+		}
+		cp.Summarizer = &summarizer{s: r.Summarizer, c: c}
+	}
 	cp.Sessions = Sessions(r.Sessions, o)
 	cp.Inbox = Inbox(r.Inbox, o)
 	return &cp
@@ -137,11 +161,29 @@ const (
 // Model returns m with a model.Respond span around each call and, with a MeterProvider, the
 // call's duration in the histogram turnstile.model.duration (seconds) with the attribute
 // turnstile.error.kind (turn.Kind's name, "none" on success). m itself when o is off.
+//
+// The wrapper is a turn.Summarizer and a turn.TokenCounter whatever m is, so that a
+// turn.Runner finds on it what it would find on m (a Runner looks for both on its Model):
+// CountTokens is turn.ModelTokenCounter(m)'s (m's own count, else turn.EstimateTokens) and
+// Summarize is turn.ModelSummarizer(m)'s (m's own summarizer, else m asked as a turn), with
+// a compaction.Summarize span and the compaction metrics around it (MetricCompactions). A
+// Runner wrapped by Runner gets the same, and spans for its own Summarizer too.
 func Model(m turn.ModelClient, o Options) turn.ModelClient {
 	if m == nil || !o.Enabled() {
 		return m
 	}
-	im := &model{m: m, tracer: o.Tracer()}
+	return newModel(m, o, nil)
+}
+
+// newModel wraps m; counter counts the summaries' tokens for the compaction span and
+// metrics, nil for the wrapper's own count (m's, as a Runner counts by default).
+func newModel(m turn.ModelClient, o Options, counter turn.TokenCounter) *model {
+	im := &model{m: m, tracer: o.Tracer(), tokens: turn.ModelTokenCounter(m)}
+	if counter == nil {
+		counter = im.tokens
+	}
+	im.summarize = &summarizer{s: turn.ModelSummarizer(m), c: newCompactions(o, counter)}
+	im.compactions = im.summarize.c
 	if meter := o.Meter(); meter != nil {
 		h, err := meter.Float64Histogram("turnstile.model.duration", metric.WithUnit("s"),
 			metric.WithDescription("Duration of the host's model calls (turn.ModelClient.Respond)."))
@@ -153,9 +195,28 @@ func Model(m turn.ModelClient, o Options) turn.ModelClient {
 }
 
 type model struct {
-	m        turn.ModelClient
-	tracer   trace.Tracer
-	duration metric.Float64Histogram
+	m           turn.ModelClient
+	tracer      trace.Tracer
+	duration    metric.Float64Histogram
+	tokens      turn.TokenCounter // turn.ModelTokenCounter(m)
+	summarize   *summarizer       // turn.ModelSummarizer(m), traced
+	compactions *compactions
+}
+
+var (
+	_ turn.Summarizer   = (*model)(nil)
+	_ turn.TokenCounter = (*model)(nil)
+)
+
+// CountTokens implements turn.TokenCounter: the wrapped model's count, or
+// turn.EstimateTokens when it has none, as a Runner counts with the unwrapped model. It
+// makes no span: a Runner counts every event of a turn's view.
+func (m *model) CountTokens(text string) int { return m.tokens.CountTokens(text) }
+
+// Summarize implements turn.Summarizer: turn.ModelSummarizer of the wrapped model, in a
+// compaction.Summarize span with the compaction metrics.
+func (m *model) Summarize(ctx context.Context, in turn.SummaryInput) (string, error) {
+	return m.summarize.Summarize(ctx, in)
 }
 
 func (m *model) Respond(ctx context.Context, in turn.Input) (turn.Output, error) {
