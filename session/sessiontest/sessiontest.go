@@ -30,7 +30,8 @@
 // an inbox.TxCompleter, as turn.Runner uses them.
 //
 // When the store implements session.Retention, Run also checks DeleteUser and DeleteIdle (the
-// subtests under "Retention"), each in apps of its own, DeleteIdle also while turns go on.
+// subtests under "Retention"), each in apps of its own, DeleteIdle also while turns go on. When
+// it implements session.UserLister, Run checks UserSessions (under "UserLister").
 //
 // RunBatched checks a store that batches the writes of concurrent callers (for
 // session/sqlsession, Options.Batch): many callers at once in one batch, each with its own
@@ -65,6 +66,7 @@ func Run(t *testing.T, newStore func(t *testing.T) session.Store) {
 	}
 	suite.RunOptional(t, "AppendTx", newStore, txCases)
 	suite.RunOptional(t, "Retention", newStore, retentionCases)
+	suite.RunOptional(t, "UserLister", newStore, userListerCases)
 }
 
 type testCase struct {
