@@ -20,7 +20,7 @@
 //	                next due, reason), as a table or JSON; --status, --conversation filter
 //	outbox redrive  make a dead intent pending again, due now with no attempts spent
 //	ledger purge    delete Temporal mode's hand-off ledger rows older than a horizon
-//	session show    show a session's state and recent events, by conversation (and user)
+//	session show    show a session's state, checkpoints and recent events, by conversation (and user)
 //	session delete  delete a session, all sessions of a user (with --temporal, also their
 //	                conversation workflows and ledger rows), or sessions idle for too long;
 //	                --dry-run lists them
@@ -106,7 +106,7 @@ Commands:
   outbox list     list the outbox's intents (deferred side effects), as a table or JSON
   outbox redrive  make a dead intent pending again, due now with no attempts spent
   ledger purge    delete Temporal mode's hand-off ledger rows older than a horizon
-  session show    show a session's state and recent events, by conversation (and user)
+  session show    show a session's state, checkpoints and recent events, by conversation (and user)
   session delete  delete a session, all sessions of a user (with --temporal, their workflows and ledger rows too),
                   or sessions idle for too long (--dry-run lists them)
   replay          copy recorded requests into a sandbox requests topic

@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -41,9 +43,16 @@ Examples:
 `
 
 const sessionShowUsage = `
-Shows a session: owner, version, event count, state and its most recent events. Without
---user it shows the conversation's session whoever owns it (a conversation id is unique
-within an app); with --user, only that user's.
+Shows a session: owner, version, event count, state, its latest checkpoints and its most
+recent events. Without --user it shows the conversation's session whoever owns it (a
+conversation id is unique within an app); with --user, only that user's.
+
+A checkpoint is a compaction's summary (turn.Runner.ContextBudget), stored as an event of
+the turn that compacted: it covers seqs 1 to its "through" (it folded "from" to "through"
+into the previous summary), under a summarization policy, in so many tokens. The model sees
+the latest checkpoint's summary and every event after its range; the events it covers stay
+in the history. The command reads back through the history until it has found --checkpoints
+of them, or reached its start.
 
 Examples:
   turnstile session show --db postgres://turnstile@db:5432/agent --conversation c-7731
@@ -205,8 +214,63 @@ type summaryJSON struct {
 // its own).
 type sessionJSON struct {
 	summaryJSON
-	State  json.RawMessage `json:"state,omitempty"`
-	Events []session.Event `json:"events"`
+	State json.RawMessage `json:"state,omitempty"`
+	// CoveredThrough is the last seq the latest checkpoint covers (0: none found): the model
+	// sees its summary and the events after it.
+	CoveredThrough int64 `json:"covered_through"`
+	// Checkpoints are the latest checkpoints, oldest first, at most --checkpoints;
+	// CheckpointsFrom is the first seq read for them (1: the whole history was read).
+	Checkpoints     []checkpointJSON `json:"checkpoints"`
+	CheckpointsFrom int64            `json:"checkpoints_from"`
+	Events          []session.Event  `json:"events"`
+}
+
+// checkpointJSON is a checkpoint event as session show lists it: the event's seq, request id
+// and time, what it covers (session.CheckpointData's from, through, policy, previous_policy
+// and tokens) and its summary. Error is why a checkpoint event could not be read (its
+// range and summary are then empty).
+type checkpointJSON struct {
+	Seq       int64     `json:"seq"`
+	RequestID string    `json:"request_id"`
+	Time      time.Time `json:"time"`
+	session.CheckpointData
+	Summary string `json:"summary"`
+	Error   string `json:"error,omitempty"`
+}
+
+// latestCheckpoints returns the latest want checkpoints of key's session, oldest first, and
+// the first seq it read for them: it starts from sess's events and reads further back (four
+// times as many events each time) until it has found want of them or read the whole history.
+func latestCheckpoints(ctx context.Context, ss *sqlsession.Store, key session.Key, sess session.Session, want int) ([]checkpointJSON, int64, error) {
+	events := sess.Events
+	for {
+		var out []checkpointJSON
+		for i := len(events) - 1; i >= 0 && len(out) < want; i-- {
+			e := events[i]
+			c, ok, err := session.CheckpointOf(e)
+			if !ok {
+				continue
+			}
+			row := checkpointJSON{Seq: e.Seq, RequestID: e.RequestID, Time: e.Time, CheckpointData: c.CheckpointData, Summary: c.Summary}
+			if err != nil {
+				row.Error = err.Error()
+			}
+			out = append(out, row)
+		}
+		from := sess.EventCount + 1
+		if len(events) > 0 {
+			from = events[0].Seq
+		}
+		if len(out) >= want || from <= 1 {
+			slices.Reverse(out)
+			return out, max(from, 1), nil
+		}
+		more, err := ss.Get(ctx, key, int(min(sess.EventCount, int64(max(4*len(events), 256)))))
+		if err != nil {
+			return nil, 0, err
+		}
+		events, sess.EventCount = more.Events, more.EventCount
+	}
 }
 
 // ownerOf returns the key of conv's session in app, whoever owns it.
@@ -226,6 +290,7 @@ func sessionShow(ctx context.Context, e *env, args []string) error {
 	user := f.String("user", "", "the session's user id (without it, the conversation's owner, whoever it is)")
 	conv := f.String("conversation", "", "the conversation id (required)")
 	recent := f.Int("recent", 20, "how many of the most recent events to show")
+	wantCheckpoints := f.Int("checkpoints", 10, "how many of the latest checkpoints (compactions' summaries) to list")
 	if err := f.parse(args); err != nil {
 		return err
 	}
@@ -250,10 +315,19 @@ func sessionShow(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	cps, cpFrom, err := latestCheckpoints(ctx, ss, key, sess, *wantCheckpoints)
+	if err != nil {
+		return err
+	}
+	var covered int64
+	if len(cps) > 0 {
+		covered = cps[len(cps)-1].Through
+	}
 	if *f.json {
 		return printJSON(e.stdout, sessionJSON{summaryJSON: summaryJSON{App: key.App, User: key.User, Conversation: key.Conversation,
 			Version: sess.Version, EventCount: sess.EventCount, CreatedAt: sess.CreatedAt, UpdatedAt: sess.UpdatedAt},
-			State: sess.State, Events: append([]session.Event{}, sess.Events...)})
+			State: sess.State, CoveredThrough: covered, Checkpoints: append([]checkpointJSON{}, cps...), CheckpointsFrom: cpFrom,
+			Events: append([]session.Event{}, sess.Events...)})
 	}
 	fmt.Fprintf(e.stdout, "session %s: version %d, %d events, created %s, updated %s\n", key, sess.Version, sess.EventCount,
 		sess.CreatedAt.Format(time.RFC3339), sess.UpdatedAt.Format(time.RFC3339))
@@ -261,11 +335,43 @@ func sessionShow(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "state: %s\n", sess.State)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	printCheckpoints(tw, cps, cpFrom, *wantCheckpoints)
 	fmt.Fprintln(tw, "SEQ\tTIME\tREQUEST ID\tAUTHOR\tTEXT")
 	for _, ev := range sess.Events {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", ev.Seq, ev.Time.Format(time.RFC3339), ev.RequestID, ev.Author, clipText(ev.Text, 100))
 	}
 	return tw.Flush()
+}
+
+// printCheckpoints prints to tw what session show found of the checkpoints: a line on what
+// the model sees, then a table of the checkpoints, oldest first.
+func printCheckpoints(tw *tabwriter.Writer, cps []checkpointJSON, from int64, want int) {
+	switch {
+	case want <= 0:
+		return
+	case len(cps) == 0: // the whole history was read
+		fmt.Fprintln(tw, "checkpoints: none (no compaction yet): the model sees the events")
+		return
+	}
+	sees := "the latest is unreadable: the Runner fails the conversation's turns"
+	if last := cps[len(cps)-1]; last.Error == "" {
+		sees = fmt.Sprintf("the latest covers seqs 1 to %d: the model sees its summary and the events after seq %d", last.Through, last.Through)
+	}
+	fmt.Fprintf(tw, "checkpoints: %d listed, of the history from seq %d on; %s\n", len(cps), from, sees)
+	fmt.Fprintln(tw, "SEQ\tTIME\tREQUEST ID\tCOVERS\tFOLDED\tPOLICY\tTOKENS\tSUMMARY")
+	for _, c := range cps {
+		if c.Error != "" {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t-\t-\t-\t-\tunreadable: %s\n", c.Seq, c.Time.Format(time.RFC3339), c.RequestID, clipText(c.Error, 100))
+			continue
+		}
+		policy := c.Policy
+		if c.PreviousPolicy != "" {
+			policy += " (was " + c.PreviousPolicy + ")"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t1-%d\t%d-%d\t%s\t%d\t%s\n", c.Seq, c.Time.Format(time.RFC3339), c.RequestID,
+			c.Through, c.From, c.Through, policy, c.Tokens, clipText(strings.Join(strings.Fields(c.Summary), " "), 80))
+	}
+	fmt.Fprintln(tw)
 }
 
 // dryRunLimit is the most sessions session delete --dry-run lists.
