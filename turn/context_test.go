@@ -284,3 +284,30 @@ func TestCompactionReadsPastTheWindow(t *testing.T) {
 		require.Contains(t, seen(m.inputs[0]), fmt.Sprintf("FACT: output %d", i))
 	}
 }
+
+// TestDefaultSummarizerIsTheModel: a Model that is not a Summarizer is asked itself, with the
+// instruction and the transcript as the message of a turn of an empty session.
+func TestDefaultSummarizerIsTheModel(t *testing.T) {
+	t.Parallel()
+	var asked []turn.Input
+	model := turn.ModelFunc(func(_ context.Context, in turn.Input) (turn.Output, error) {
+		if strings.HasPrefix(in.Request.Text, turn.DefaultSummaryInstruction) {
+			asked = append(asked, in)
+			return turn.Output{Events: []session.Event{{Text: "the user said m0 to m3"}}}, nil
+		}
+		return turn.Output{Events: []session.Event{{Text: "ok " + in.Summary}}}, nil
+	})
+	sessions := session.NewMemoryStore()
+	r := &turn.Runner{Model: model, Sessions: sessions, Inbox: inbox.NewMemoryInbox(), HistoryLimit: 4}
+	var res turn.Result
+	for i := range 4 {
+		var err error
+		res, err = r.Run(context.Background(), newRequest("conv-default", "u-1", fmt.Sprintf("m%d", i)))
+		require.NoError(t, err)
+	}
+	require.Len(t, asked, 1)
+	require.Empty(t, asked[0].Session.Events, "the summarizing turn sees no history")
+	require.Contains(t, asked[0].Request.Text, "[seq 1] user: m0")
+	require.Contains(t, asked[0].Request.Text, "[seq 4] assistant: ok")
+	require.Equal(t, "ok the user said m0 to m3", res.Text, "the turn that compacted sees the new summary")
+}

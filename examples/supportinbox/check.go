@@ -124,7 +124,8 @@ func check(ctx context.Context, rep *Report, mb *mailbag, w *demo.Watcher, sup *
 		"%d emails sent for %d refunds; the relay delivered %d intents (%d dead) with %d send requests: %d redeliveries deduped by key, 0 emails sent twice%s",
 		rep.Mails, charged, len(delivered), len(dead), rep.MailRequests, rep.MailRequests-rep.Mails, firstOf("wrong", badMail))
 
-	// The poison: dead-lettered after three attempts with the reason, and nothing stalled behind it.
+	// The poison: dead-lettered at once, over the context budget, without a model call, and
+	// nothing stalled behind it.
 	d, isDead := deadLetters[mb.poison.ID]
 	_, replied := replies[mb.poison.ID]
 	poisonCalls := len(sup.rec.modelCalls(mb.poison.ID))
@@ -137,9 +138,9 @@ func check(ctx context.Context, rep *Report, mb *mailbag, w *demo.Watcher, sup *
 			}
 		}
 	}
-	rep.Checks.Add(isDead && !replied && d.Attempts == MaxAttempts && poisonCalls == MaxAttempts && len(deadLetters) == 1 &&
-		strings.Contains(d.Reason, "3 attempts exhausted") && strings.Contains(d.Reason, "context window") && answered == behind,
-		"the poison email is in the dead-letter topic after 3 attempts, with its reason",
+	rep.Checks.Add(isDead && !replied && d.Attempts == 1 && poisonCalls == 0 && len(deadLetters) == 1 &&
+		strings.Contains(d.Reason, "over the context budget") && answered == behind,
+		"the poison email is in the dead-letter topic at once, over the context budget, with its reason",
 		"%s on %s: attempts=%d, reason=%q, %d bytes; the model was called %d times; %d of %d other emails of partition %d answered",
 		mb.poison.ConversationID, DeadLetterTopic, d.Attempts, oneLine(d.Reason, 200), len(d.Value), poisonCalls, answered, behind, rep.Partition)
 

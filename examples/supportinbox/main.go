@@ -47,9 +47,10 @@
 //     them, so the fake LLM is called again only for step 5 and the payment service gets one
 //     refund call, not a second one that its idempotency would have absorbed. The email goes
 //     out once, after the re-run commits.
-//   - One email carries a 6 MB pasted log. The demo model's context window is 1 MiB, so
-//     every attempt fails; the inbox counts the attempts across deliveries, and after the
-//     third the email goes to agent.requests.dlq with the reason in its headers. Its
+//   - One email carries a 6 MB pasted log, over the Runner's context budget
+//     (turn.Runner.ContextBudget) whatever a compaction could fold: the Runner refuses it
+//     before any model call, and the email goes to agent.requests.dlq at once with the reason
+//     in its headers (a producer should send such a log as an attachment: turn.Offload). Its
 //     conversation hashes to c-7731's partition and it arrives between c-7731's two emails,
 //     so the emails behind it show the partition does not stall.
 //
@@ -69,8 +70,8 @@
 // ran each, the dead letters, the counts (model calls, tool calls per tool, refund calls,
 // emails and the relay's send requests) and checks: one reply per email; each refund issued
 // once, by one refund call; one confirmation email per refund, delivered once through the
-// outbox (redeliveries deduped by key); the poison email in the dead-letter topic after 3
-// attempts with its reason; every second email answered in the context of the first; and the
+// outbox (redeliveries deduped by key); the poison email in the dead-letter topic at once,
+// with its reason and no model call; every second email answered in the context of the first; and the
 // redeployed turn resumed mid-loop without re-running its completed steps. The outbox is
 // drained before the checks. It exits 0 only if every check passes.
 //

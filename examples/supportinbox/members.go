@@ -31,8 +31,8 @@ type fleet struct {
 func (f *fleet) start() (string, error) {
 	name := fmt.Sprintf("m%d", f.Len()+1)
 	log := f.log.With("member", name)
-	// The text limit must admit the 6 MB email, or it would be dead-lettered at once as
-	// undecodable instead of failing its three attempts in the model.
+	// The text limit must admit the 6 MB email, or it would be dead-lettered as undecodable
+	// instead of refused by the Runner's context budget.
 	dec := turn.Decoder{MaxTextBytes: MaxRecordBytes}
 	runner := &turn.Runner{
 		Model: f.support.desk(name), Sessions: f.sessions, Inbox: f.inbox, App: "support",
