@@ -251,7 +251,8 @@ type Retention interface {
 	DeleteIdle(ctx context.Context, app string, before time.Time) (int64, error)
 }
 
-// PutBytes is Put of content held in memory.
+// PutBytes puts content, held in memory, into s under owner: s.Put with a reader of content.
+// Errors: s.Put's.
 func PutBytes(ctx context.Context, s Store, owner Owner, name, mediaType string, content []byte) (Ref, error) {
 	return s.Put(ctx, owner, name, mediaType, bytes.NewReader(content))
 }

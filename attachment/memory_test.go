@@ -29,7 +29,8 @@ func TestMemoryStoreMaxSize(t *testing.T) {
 	owner := attachment.Owner{App: "a", User: "u"}
 	_, err := s.Put(context.Background(), owner, "", "", strings.NewReader("0123456789x"))
 	require.ErrorIs(t, err, attachment.ErrTooLarge)
-	ref, err := s.Put(context.Background(), owner, "", "", strings.NewReader("0123456789"))
+	ref, err := attachment.PutBytes(context.Background(), s, owner, "", "", []byte("0123456789"))
 	require.NoError(t, err)
 	require.EqualValues(t, 10, ref.Size)
+	require.Equal(t, attachment.IDOf([]byte("0123456789")), ref.ID)
 }

@@ -168,7 +168,7 @@ func New(db *sql.DB, dialect Dialect, opts Options) (*Store, error) {
 
 // Migrate creates or upgrades the store's tables to this code's schema version. It is
 // idempotent and safe to run from several processes at once (see the Schema section of the
-// package doc).
+// package doc). Errors: the database's, wrapped.
 func (s *Store) Migrate(ctx context.Context) error {
 	if err := s.d.Migrate(ctx, s.db, component, migrations); err != nil {
 		return fmt.Errorf("sqlattachment: %w", err)
