@@ -37,9 +37,13 @@
 //     turn on consumer.Config.Transactional and read them with isolation.level=read_committed:
 //     one result per request id).
 //   - G4 context survives: the session (history and state) lives in a shared durable store
-//     keyed by conversation; any worker continues any conversation after any rebalance. You
+//     keyed by conversation; any worker continues any conversation after any rebalance.
+//     Context also survives length: the model's input stays under [turn.Runner]'s
+//     ContextBudget, and no event leaves its view without being covered by a stored summary
+//     (a checkpoint, [session.Checkpoint]) that records what it covers; large inputs travel as
+//     references to an attachment store ([attachment.Store]), never truncated silently. You
 //     make sure all workers share one durable [session.Store] and [inbox.Inbox] (PostgreSQL,
-//     say).
+//     say), and an attachment store when requests carry attachments.
 //   - G5 no stall: a poison or slow record cannot hold its partition: a whole-turn deadline,
 //     bounded attempts (crash loops count: crashes while the request ran alone), bounded rate
 //     limits, then the dead-letter topic with the reason in headers. You make sure errors that
@@ -71,16 +75,21 @@
 //	}
 //	return c.Run(ctx)
 //
-// The packages: turn (envelopes, Runner, error kinds), session and inbox (interfaces,
+// The packages: turn (envelopes, Runner with its context budget and compaction, error kinds,
+// retention), turn/agent (the agent loop, its journaled steps and tools) with the
+// turn/chatcompletion and turn/anthropic clients, session, inbox and attachment (interfaces,
 // in-memory and SQL implementations, conformance suites), consumer (the Kafka consumer),
 // workflow (Temporal mode: a durable workflow per conversation, fed by the consumer through a
-// bridge, with the same guarantees and Temporal's history as the record). See the examples
+// bridge, with the same guarantees and Temporal's history as the record), deadletter
+// (reading and re-driving dead letters), turntest (the test kit: an embedded broker, the
+// crash harness). See the examples
 // directory for runnable programs: examples/quickstart runs the whole thing on an embedded
 // broker with one command, examples/temporal does it in Temporal mode.
 package turnstile
 
 import (
 	// Imported for the doc links above.
+	_ "github.com/turnstile-go/turnstile/attachment"
 	_ "github.com/turnstile-go/turnstile/consumer"
 	_ "github.com/turnstile-go/turnstile/inbox"
 	_ "github.com/turnstile-go/turnstile/session"
