@@ -30,15 +30,18 @@ type attachmentArgs struct {
 
 // AttachmentTool returns the built-in tool "read_attachment" that lets the model read the
 // attachments a request carries (turn.Request.Attachments, listed in the user's message by the
-// Agent) from store, by range: arguments {"id", "offset", "length"}, offset 0 and length one
-// page by default, length capped at pageBytes (DefaultAttachmentPage, 8 KiB, when pageBytes
-// <= 0), so that a 6 MB log is read in pages and no tool output floods the model's context.
+// Agent) from store, by range: arguments {"id", "offset", "length"} in bytes, offset 0 and
+// length one page by default, length capped at a page of pageBytes (DefaultAttachmentPage,
+// 8 KiB, when pageBytes <= 0; at most attachment.MaxReadBytes), so that a 6 MB log is read in
+// pages and no tool output floods the model's context.
 //
 // It reads only attachments of the turn's owner: the app and user of the turn's session
 // (Call.Session), as put under attachment.Owner{App: the Runner's App, User: the request's
 // user} (turn.Offload does); an id of another user's attachment is not found (G7). Each call
 // is a journal step like any tool's: a turn run again after a crash gets its pages from the
-// journal, not from the store.
+// journal, not from the store. Its pages count towards the turn's journal bound
+// (turn.Runner.MaxJournalBytes: the default 1 MiB holds about 120 pages of 8 KiB) and, as
+// tool events, towards the session's history.
 //
 // The output is a line saying which bytes it holds and where the next page starts, then the
 // bytes: as text when they are UTF-8 (a page never ends inside a character: it ends before
@@ -46,7 +49,7 @@ type attachmentArgs struct {
 // in base64, which the line says too. A missing attachment, a malformed id or an offset past
 // the end goes back to the model as the tool's error output.
 func AttachmentTool(store attachment.Store, pageBytes int) Tool {
-	page := int64(cmp.Or(max(pageBytes, 0), DefaultAttachmentPage))
+	page := min(int64(cmp.Or(max(pageBytes, 0), DefaultAttachmentPage)), attachment.MaxReadBytes)
 	desc := fmt.Sprintf("Reads an attachment of the user's message (the message lists each one's id, name and size) by range: "+
 		"at most %d bytes a call, from offset (0 for the start). The output starts with a line giving the range read and the "+
 		"offset of the next page. Read a large attachment page by page, or jump to the offsets you need.", page)
