@@ -231,13 +231,7 @@ func (r *Runner) loadView(ctx context.Context, key session.Key) (view, error) {
 			need = cp.Through + 1
 		}
 		if len(sess.Events) == 0 || sess.Events[0].Seq <= need || int64(len(sess.Events)) >= sess.EventCount {
-			v := view{sess: sess, cp: cp, hasCP: idx >= 0}
-			for _, e := range sess.Events {
-				if e.Seq >= need && e.Author != session.AuthorCheckpoint {
-					v.uncovered = append(v.uncovered, e)
-				}
-			}
-			return v, nil
+			return view{sess: sess, cp: cp, hasCP: idx >= 0, uncovered: uncovered(sess.Events, need)}, nil
 		}
 		recent := sess.EventCount - need + 1
 		if idx < 0 { // the checkpoint, if any, is before the window: read further back
@@ -247,6 +241,30 @@ func (r *Runner) loadView(ctx context.Context, key session.Key) (view, error) {
 			return view{}, fmt.Errorf("session get %d events: %w", recent, err)
 		}
 	}
+}
+
+// uncovered returns the events from seq need on, checkpoints left out (an earlier checkpoint
+// than the latest may lie past the latest's range: a compaction need not fold the turn that
+// stored the one before). Without a checkpoint in that range (most turns) it is a subslice of
+// events: no copy on the turn's path.
+func uncovered(events []session.Event, need int64) []session.Event {
+	start := 0
+	for start < len(events) && events[start].Seq < need {
+		start++
+	}
+	events = events[start:len(events):len(events)]
+	for i, e := range events {
+		if e.Author == session.AuthorCheckpoint {
+			out := append(make([]session.Event, 0, len(events)-1), events[:i]...)
+			for _, e := range events[i+1:] {
+				if e.Author != session.AuthorCheckpoint {
+					out = append(out, e)
+				}
+			}
+			return out
+		}
+	}
+	return events
 }
 
 // eventTokens counts an event as the model's input holds it.
@@ -279,14 +297,12 @@ func (r *Runner) compact(ctx context.Context, v view, in *Input) (session.Event,
 		return session.Event{}, false, Permanent(fmt.Errorf("%w: the request and the session's state take %d tokens, and with a summary's %d that is over half the context budget of %d tokens (Runner.ContextBudget); send large inputs as attachments",
 			ErrOverBudget, fixed, summaryMax, budget))
 	}
-	sizes := make([]int, len(v.uncovered))
 	total := fixed
 	if v.hasCP {
 		total += counter.CountTokens(v.cp.Summary) + eventOverheadTokens
 	}
-	for i, e := range v.uncovered {
-		sizes[i] = eventTokens(counter, e)
-		total += sizes[i]
+	for _, e := range v.uncovered {
+		total += eventTokens(counter, e)
 	}
 	stale := v.hasCP && v.cp.Policy != policy
 	if total <= budget/2 && len(v.uncovered) <= r.historyLimit() && !stale {
@@ -302,7 +318,7 @@ func (r *Runner) compact(ctx context.Context, v view, in *Input) (session.Event,
 	for n < len(v.uncovered) && (rest > target || len(v.uncovered)-n > r.historyLimit()/2 || n == 0) {
 		id := v.uncovered[n].RequestID
 		for n < len(v.uncovered) && v.uncovered[n].RequestID == id {
-			rest -= sizes[n]
+			rest -= eventTokens(counter, v.uncovered[n])
 			n++
 		}
 	}
