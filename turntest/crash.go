@@ -191,8 +191,13 @@ type CrashConfig struct {
 	// Steps is how many journal steps (turn.Journal: Input.Step, turn.RunStep, the agent
 	// loop's model and tool calls) one turn of the model records. With Steps > 0 the harness
 	// also crashes during and after each step (CrashPointsFor) and reports, as a problem, a
-	// step that ran again after its record landed.
+	// step that ran again after its record landed. A turn that compacts (turn.CompactStep,
+	// before the model) counts that step among them: it is the turn's first.
 	Steps int
+	// History are requests delivered once each, without a crash, before Requests at every
+	// crash point: a conversation's earlier turns, for the compactions of Requests to fold
+	// (set a small HistoryLimit or ContextBudget through Runner). Each must succeed.
+	History []turn.Request
 }
 
 // CrashReport is what happened at one crash point.
@@ -206,9 +211,18 @@ type CrashReport struct {
 	// journal (its record was asked for, whether or not it landed), crashed ones included. A
 	// step answered from the journal is not counted.
 	StepRuns map[string]map[int]int
+	// SummarizerCalls counts, per request id and step ordinal, the calls of the Runner's
+	// summarizer (the Runner's Summarizer, else the model's, as turn.ModelSummarizer finds
+	// it) for the turn's compaction step, crashed ones included.
+	SummarizerCalls map[string]map[int]int
 	// Problems are broken guarantees other than duplicates: a redelivery that failed, a
 	// request with no result or with a turn stored other than once, a model called again
-	// after its turn was stored.
+	// after its turn was stored; and of compaction: a summarizer called again after its
+	// compaction step's record landed (a finished compaction paid for twice), a turn that
+	// compacted stored without its checkpoint (lost) or with two (doubled), checkpoints that
+	// do not chain (each folds from the previous one's Through plus one, the first from seq
+	// 1) or that cut a turn in two, and a model that did not see the latest summary and every
+	// event after the range it covers (an event left uncovered).
 	Problems []string
 }
 
@@ -250,7 +264,8 @@ func CheckCrashes(t testing.TB, cfg CrashConfig) []CrashReport {
 }
 
 // Crashes runs cfg's requests through a turn.Runner on memory stores once per crash point
-// (CrashPointsFor(cfg.Steps)), each with stores and an Effects of its own: every request's first delivery
+// (CrashPointsFor(cfg.Steps)), each with stores and an Effects of its own, after cfg.History
+// (delivered once, no crash): every request's first delivery
 // dies at the point (from then on that process writes nothing: no store call of it lands),
 // and the request is delivered again to a fresh Runner and model, as Kafka redelivers after a
 // crash. AfterPublish delivers a request that completed once more. It reports, per point,
@@ -304,29 +319,48 @@ func (c *crashSwitch) reached(p CrashPoint) bool {
 }
 
 func crashAt(ctx context.Context, cfg CrashConfig, reqs []turn.Request, point CrashPoint) CrashReport {
-	rep := CrashReport{Point: point, ModelCalls: make(map[string]int), StepRuns: make(map[string]map[int]int)}
+	rep := CrashReport{Point: point, ModelCalls: make(map[string]int), StepRuns: make(map[string]map[int]int),
+		SummarizerCalls: make(map[string]map[int]int)}
 	fx := NewEffects()
 	sessions, ib := session.NewMemoryStore(), inbox.NewMemoryInbox()
-	steps := &stepLog{ids: map[string]string{}, landed: map[string]map[int]bool{}, rep: &rep}
+	steps := &stepLog{ids: map[string]string{}, landed: map[string]map[int]bool{}, compacted: map[string]compactionRun{}, rep: &rep}
 	var callsMu sync.Mutex
 	runner := func(sw *crashSwitch) *turn.Runner {
 		host := cfg.NewModel(fx)
+		r := &turn.Runner{Logger: quiet}
+		if cfg.Runner != nil {
+			cfg.Runner(r)
+		}
+		// The wrapper below hides the model's own summarizer and counter: the Runner gets
+		// them as it would find them on the model.
+		summarizer := r.Summarizer
+		if summarizer == nil {
+			summarizer = turn.ModelSummarizer(host)
+		}
+		if r.Tokens == nil {
+			r.Tokens = turn.ModelTokenCounter(host)
+		}
+		r.Summarizer = crashSummarizer{s: summarizer, sw: sw, steps: steps, key: r.InboxKey}
 		model := turn.ModelFunc(func(ctx context.Context, in turn.Input) (turn.Output, error) {
 			callsMu.Lock()
 			rep.ModelCalls[in.Request.ID]++
 			callsMu.Unlock()
+			steps.checkView(ctx, sessions, r.Key(in.Request), in)
 			out, err := host.Respond(ctx, in)
 			if sw.reached(AfterModel) {
 				return turn.Output{}, errCrashed
 			}
 			return out, err
 		})
-		r := &turn.Runner{Logger: quiet}
-		if cfg.Runner != nil {
-			cfg.Runner(r)
-		}
 		r.Model, r.Sessions, r.Inbox = model, crashStore{Store: sessions, sw: sw}, crashInbox{Outbox: ib, sw: sw, steps: steps}
 		return r
+	}
+	for _, req := range cfg.History {
+		steps.ids[runnerOf(cfg).InboxKey(req)] = req.ID
+		fx.startRun(req.ID)
+		if _, err := runner(&crashSwitch{}).Run(ctx, req); err != nil {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("history request %s: %v", req.ID, err))
+		}
 	}
 	for _, req := range reqs {
 		steps.ids[runnerOf(cfg).InboxKey(req)] = req.ID
@@ -354,6 +388,7 @@ func crashAt(ctx context.Context, cfg CrashConfig, reqs []turn.Request, point Cr
 		}
 	}
 	rep.Problems = append(rep.Problems, checkStored(ctx, sessions, ib, reqs, cfg)...)
+	rep.Problems = append(rep.Problems, checkCompactions(ctx, sessions, append(slices.Clone(cfg.History), reqs...), cfg, steps)...)
 	rep.Problems = append(rep.Problems, steps.problems...)
 	rep.Duplicates = fx.Duplicates()
 	sort.Strings(rep.Problems)
@@ -380,12 +415,13 @@ func checkStored(ctx context.Context, sessions session.Store, ib inbox.Inbox, re
 			problems = append(problems, fmt.Sprintf("request %s: the stored result counts %d events, the session holds %d", req.ID, res.Events, len(events)))
 		}
 	}
-	for _, key := range sessionKeys(r, reqs) {
+	all := append(slices.Clone(cfg.History), reqs...)
+	for _, key := range sessionKeys(r, all) {
 		sess, err := sessions.Get(ctx, key, 0)
 		if err != nil {
 			continue
 		}
-		if want := countTurns(r, reqs, key); sess.Version != want {
+		if want := countTurns(r, all, key); sess.Version != want {
 			problems = append(problems, fmt.Sprintf("session %s: %d turns stored for %d requests", key, sess.Version, want))
 		}
 	}
@@ -523,13 +559,15 @@ func (b crashInbox) Get(ctx context.Context, requestID string) (inbox.Entry, err
 }
 
 // stepLog watches the journal of one crash point's runs: it counts each step run that reached
-// the journal and reports a step that ran again after its record landed.
+// the journal and reports a step that ran again after its record landed; it counts the
+// summarizer's calls, keeps each request's compaction and checks what each model call saw.
 type stepLog struct {
-	mu       sync.Mutex
-	ids      map[string]string       // inbox key -> request id
-	landed   map[string]map[int]bool // inbox key -> ordinals whose record landed
-	problems []string
-	rep      *CrashReport
+	mu        sync.Mutex
+	ids       map[string]string        // inbox key -> request id
+	landed    map[string]map[int]bool  // inbox key -> ordinals whose record landed
+	compacted map[string]compactionRun // request id -> its compaction, as the summarizer wrote it
+	problems  []string
+	rep       *CrashReport
 }
 
 // ran counts a run of step s under key, and reports it when the step's record had landed.

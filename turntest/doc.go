@@ -55,6 +55,12 @@
 //		NewModel: func(fx *turntest.Effects) turn.ModelClient { return myModel{payments: fx} },
 //	})
 //
+// With compaction (a small HistoryLimit or ContextBudget set through CrashConfig.Runner, and
+// CrashConfig.History for earlier turns to fold), the harness crashes during and after the
+// compaction step too, and checks that a finished compaction never runs again, that each
+// turn that compacted stores its one checkpoint, that the checkpoints chain from seq 1 in
+// whole turns, and that every model call saw the latest summary and every event after it.
+//
 // The helpers that take a testing.TB fail the test (t.Fatalf) on error, so call them from the
 // test's own goroutine, never from a goroutine it started. A test that needs a service it
 // cannot find skips with the reason; under CI (CI=true) it fails instead. kfake is always
