@@ -38,10 +38,16 @@ func runTests(m *testing.M) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	// A run takes at most serverSignalLimit signals here (10,000 by default), so that a test
-	// can reach the limit quickly.
+	// can reach the limit quickly. The history shard's transfer queue is read at most 20
+	// times a second by default (history.transferProcessorMaxPollRPS), which a dev server's
+	// one shard shares among all workflows: a workflow task scheduled by an activity's
+	// completion then waited 32 ms on average before a worker got it (2 ms at 1,000), most of
+	// a turn's time (TestDevServerThousandTurnsSmallPayloads: 1,000 turns in 51 s, 16 s at
+	// 1,000, without -race).
 	srv, err := temporaldev.Start(ctx, nil, SearchAttributeTypes,
 		"--dynamic-config-value", fmt.Sprintf("history.maximumSignalsPerExecution=%d", serverSignalLimit),
-		"--dynamic-config-value", "system.enableActivityEagerExecution=true")
+		"--dynamic-config-value", "system.enableActivityEagerExecution=true",
+		"--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000")
 	cancel()
 	if err != nil {
 		dev.reason = err.Error()

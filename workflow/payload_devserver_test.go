@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +15,8 @@ import (
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	tlog "go.temporal.io/sdk/log"
+	twf "go.temporal.io/sdk/workflow"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
@@ -38,14 +39,20 @@ func TestDevServerThousandTurnsSmallPayloads(t *testing.T) {
 	t.Parallel()
 	start := time.Now()
 	s := newStack(t, 1)
+	// A client whose SDK logs are dropped (the stack's keeps every line, thousands here), and
+	// in-memory stores: the test measures Temporal's side, and SQLite under -race would take
+	// most of its time.
+	c, err := client.Dial(client.Options{HostPort: needServer(t), ContextPropagators: []twf.ContextPropagator{NewContextPropagator()},
+		Logger: tlog.NewStructuredLogger(discardLogger())})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	s.client = c
 	pub, sessions := &recordingPublisher{}, session.NewMemoryStore()
 	s.startWorker(func(o *WorkerOptions) {
-		// In-memory stores: the test measures Temporal's side, and SQLite under -race would
-		// take most of its time.
-		o.Publisher = pub
-		o.Runner = &turn.Runner{Model: s.model, Sessions: sessions, Inbox: inbox.NewMemoryInbox(), TurnTimeout: 30 * time.Second, Logger: slog.New(s.logs)}
+		o.Publisher, o.Logger = pub, discardLogger()
+		o.Runner = &turn.Runner{Model: s.model, Sessions: sessions, Inbox: inbox.NewMemoryInbox(), TurnTimeout: 30 * time.Second, Logger: discardLogger()}
 	})
-	b := s.bridge(BridgeOptions{Config: Config{MaxTurnsPerRun: 100, IdleTimeout: time.Minute}})
+	b := s.bridge(BridgeOptions{Config: Config{MaxTurnsPerRun: 100, IdleTimeout: time.Minute}, Logger: discardLogger()})
 	const n, batch = 1000, 50
 	conv := s.cluster.Unique("thousand")
 	marker := s.cluster.Unique("text") // in every request's text, and nowhere else
@@ -63,16 +70,12 @@ func TestDevServerThousandTurnsSmallPayloads(t *testing.T) {
 		if len(sent) >= n/2 {
 			// A backlog of 500 at once, then batches while the turns run: runs continue as new
 			// with requests pending, and signals arrive around those moments.
-			s.waitApplied(b, conv, int64(len(sent)-200))
+			waitStatus(t, s, b, conv, func(st Status) bool { return st.Applied >= int64(len(sent)-200) })
 		}
 	}
-	s.waitApplied(b, conv, n)
 	// The run that applied the 1,000th turn (the 100th of its run) continues as new too: wait
 	// for the run after it, so that its continue-as-new input is read.
-	require.Eventually(t, func() bool {
-		st, err := s.status(ctx, b, conv)
-		return err == nil && st.Applied == n && st.TurnsThisRun == 0
-	}, wait, 50*time.Millisecond, "the last run continued as new")
+	waitStatus(t, s, b, conv, func(st Status) bool { return st.Applied == n && st.TurnsThisRun == 0 })
 	applied := time.Since(start)
 
 	requireTurnsInOrder(t, sessions, session.Key{App: turn.DefaultApp, User: "u-1", Conversation: conv}, sent)
@@ -135,6 +138,22 @@ func TestDevServerLargeTextPayloads(t *testing.T) {
 	for i, in := range h.continued {
 		require.False(t, bytes.Contains(in.data, []byte(marker)), "continue-as-new input %d holds a request's text", i)
 	}
+}
+
+// waitStatus waits until the status of the conversation's workflow satisfies ok, asking every
+// 200 ms: a query is a task for the worker, and this test asks while a thousand turns run.
+func waitStatus(t testing.TB, s *stack, b *Bridge, conv string, ok func(Status) bool) {
+	t.Helper()
+	var last Status
+	require.Eventually(t, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		st, err := s.status(ctx, b, conv)
+		if err == nil {
+			last = st
+		}
+		return err == nil && ok(st)
+	}, wait, 200*time.Millisecond, "conversation %s: last status %+v", conv, last)
 }
 
 // requireTurnsInOrder fails t unless the session of key holds exactly one turn per request of
