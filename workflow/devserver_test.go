@@ -55,7 +55,17 @@ func TestDevServerFiveHundredSequencedAcrossRuns(t *testing.T) {
 		require.Equal(t, int64(i+1), seq, "turn %d applied in sequence order", i)
 	}
 	sess := s.sessionOf("u-1", conv)
-	require.Equal(t, int64(2*n), sess.EventCount, "the session holds 500 turns (user message + answer each)")
+	require.Equal(t, int64(n), sess.Version, "the session holds 500 turns")
+	full, err := s.sessions.Get(context.Background(), sess.Key, int(sess.EventCount))
+	require.NoError(t, err)
+	checkpoints := 0
+	for _, e := range full.Events {
+		if e.Author == session.AuthorCheckpoint {
+			checkpoints++
+		}
+	}
+	require.Positive(t, checkpoints, "a conversation of 500 turns compacts")
+	require.Equal(t, int64(2*n+checkpoints), sess.EventCount, "user message and answer per turn, and the checkpoints")
 
 	results := s.cluster.ReadAll(t, s.results, n, wait)
 	got := map[string]int{}

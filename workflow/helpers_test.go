@@ -14,6 +14,7 @@ import (
 	"github.com/turnstile-go/turnstile/inbox"
 	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // recordingModel is a fake model that records the requests it saw, in call order.
@@ -192,7 +193,10 @@ type unit struct {
 func newUnit(t *testing.T) *unit {
 	t.Helper()
 	u := &unit{model: &recordingModel{}, sessions: session.NewMemoryStore(), inbox: inbox.NewMemoryInbox(), publisher: &recordingPublisher{}, states: &MemoryLedger{}}
-	u.runner = &turn.Runner{Model: u.model, Sessions: u.sessions, Inbox: u.inbox, TurnTimeout: 10 * time.Second}
+	// The recording model echoes its input: long conversations compact with a scripted
+	// summarizer, whose calls the model's records do not show.
+	u.runner = &turn.Runner{Model: u.model, Sessions: u.sessions, Inbox: u.inbox, TurnTimeout: 10 * time.Second,
+		Summarizer: &turntest.FactSummarizer{}}
 	u.opts = WorkerOptions{Runner: u.runner, Publisher: u.publisher, States: u.states}
 	return u
 }

@@ -77,7 +77,10 @@ func newStack(t testing.TB, partitions int32) *stack {
 
 // runner returns a Runner over the stack's stores with model m.
 func (s *stack) runner(m turn.ModelClient) *turn.Runner {
-	return &turn.Runner{Model: m, Sessions: s.sessions, Inbox: s.inbox, TurnTimeout: 30 * time.Second, Logger: slog.New(s.logs)}
+	// The recording model echoes its input: long conversations compact with a scripted
+	// summarizer, whose calls the model's records do not show.
+	return &turn.Runner{Model: m, Sessions: s.sessions, Inbox: s.inbox, TurnTimeout: 30 * time.Second, Logger: slog.New(s.logs),
+		Summarizer: &turntest.FactSummarizer{}}
 }
 
 // startWorker runs a worker of the stack's task queue with the stack's model until the test
