@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -58,10 +59,13 @@ func keepFacts(previous string, events []session.Event) string {
 
 // viewModel records what each turn's model saw: the summary and the events.
 type viewModel struct {
+	mu     sync.Mutex
 	inputs []turn.Input
 }
 
 func (m *viewModel) Respond(_ context.Context, in turn.Input) (turn.Output, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.inputs = append(m.inputs, in)
 	return turn.Output{Events: []session.Event{{Text: "answer to " + in.Request.Text}}}, nil
 }
@@ -310,4 +314,62 @@ func TestDefaultSummarizerIsTheModel(t *testing.T) {
 	require.Contains(t, asked[0].Request.Text, "[seq 1] user: m0")
 	require.Contains(t, asked[0].Request.Text, "[seq 4] assistant: ok")
 	require.Equal(t, "ok the user said m0 to m3", res.Text, "the turn that compacted sees the new summary")
+}
+
+// TestCompactionRaceStoresOneCheckpoint: two members running the same turn at once (a zombie
+// and the new owner after a rebalance) both compact; one turn and one checkpoint are stored,
+// and the loser's version conflict fails only its attempt.
+func TestCompactionRaceStoresOneCheckpoint(t *testing.T) {
+	t.Parallel()
+	r, _, _, sessions, _ := compactionSetup(400, 4)
+	ctx := context.Background()
+	for i := range 3 {
+		_, err := r.Run(ctx, newRequest("conv-race", "u-1", fmt.Sprintf("m%d", i)))
+		require.NoError(t, err)
+	}
+	both := make(chan struct{})
+	var arrived atomic.Int64
+	r.Summarizer = turn.SummarizerFunc(func(ctx context.Context, in turn.SummaryInput) (string, error) {
+		if arrived.Add(1) == 2 {
+			close(both)
+		}
+		select { // both members are in the compaction before either records it
+		case <-both:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+		return keepFacts(in.Previous, in.Events), nil
+	})
+	req := newRequest("conv-race", "u-1", "raced")
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := r.Run(ctx, req)
+			errs <- err
+		}()
+	}
+	var failed int
+	for range 2 {
+		if err := <-errs; err != nil {
+			require.ErrorIs(t, err, session.ErrConflict)
+			failed++
+		}
+	}
+	require.LessOrEqual(t, failed, 1)
+	_, err := r.Run(ctx, req) // the loser's redelivery
+	require.NoError(t, err)
+	sess, err := sessions.Get(ctx, r.Key(req), 100)
+	require.NoError(t, err)
+	var checkpoints, turns int
+	for _, e := range sess.Events {
+		switch {
+		case e.Author == session.AuthorCheckpoint:
+			checkpoints++
+		case e.RequestID == req.ID && e.Author == "user":
+			turns++
+		}
+	}
+	require.Equal(t, 1, checkpoints)
+	require.Equal(t, 1, turns)
+	require.Equal(t, int64(2), arrived.Load())
 }
