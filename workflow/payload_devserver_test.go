@@ -23,6 +23,7 @@ import (
 	"github.com/turnstile-go/turnstile/inbox"
 	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/turn"
+	"github.com/turnstile-go/turnstile/turntest"
 )
 
 // payloadLimit is the bound of issue 35's acceptance lines on every payload of a
@@ -50,7 +51,8 @@ func TestDevServerThousandTurnsSmallPayloads(t *testing.T) {
 	pub, sessions := &recordingPublisher{}, session.NewMemoryStore()
 	s.startWorker(func(o *WorkerOptions) {
 		o.Publisher, o.Logger = pub, discardLogger()
-		o.Runner = &turn.Runner{Model: s.model, Sessions: sessions, Inbox: inbox.NewMemoryInbox(), TurnTimeout: 30 * time.Second, Logger: discardLogger()}
+		o.Runner = &turn.Runner{Model: s.model, Sessions: sessions, Inbox: inbox.NewMemoryInbox(), TurnTimeout: 30 * time.Second, Logger: discardLogger(),
+			Summarizer: &turntest.FactSummarizer{}} // the recording model echoes: its summaries would grow
 	})
 	b := s.bridge(BridgeOptions{Config: Config{MaxTurnsPerRun: 100, IdleTimeout: time.Minute}, Logger: discardLogger()})
 	const n, batch = 1000, 50
@@ -109,7 +111,12 @@ func TestDevServerLargeTextPayloads(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, 1)
 	pub := &recordingPublisher{}
-	s.startWorker(func(o *WorkerOptions) { o.Publisher = pub })
+	s.startWorker(func(o *WorkerOptions) {
+		o.Publisher = pub
+		// Room for the text in the model's input: the default budget refuses it (ErrOverBudget)
+		// inside the activity, after it travelled all the same.
+		o.Runner.ContextBudget = 1 << 20
+	})
 	b := s.bridge(BridgeOptions{Config: Config{MaxTurnsPerRun: 1, IdleTimeout: time.Minute}})
 	conv := s.cluster.Unique("large")
 	marker := s.cluster.Unique("text")
