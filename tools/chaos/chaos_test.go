@@ -24,9 +24,11 @@ import (
 // duplicate side effect (refund or email), no valid request dead-lettered, every record with
 // an outcome, every expected dead letter dead-lettered with a reason, no member dead by
 // itself, no email of a turn that did not commit, every committed turn's email delivered, no
-// intent buried or left pending, model steps run again no more often than the kills, poison
-// exits, SIGTERMs and killed connections (Figures.ExtraBound) and, in the transactional cell, no request with
-// two committed results. The members are the command
+// intent buried or left pending, model steps and compactions run again no more often than
+// the kills, poison exits, SIGTERMs and killed connections (Figures.ExtraBound), compactions
+// (the members' Runners compact past chaosHistoryLimit events) with no checkpoint lost,
+// doubled, out of chain or missing a message and no event left uncovered and, in the
+// transactional cell, no request with two committed results. The members are the command
 // tools/chaos/cmd/chaos, built without the race detector. TURNSTILE_CHAOS_SEED replays a
 // seed; TURNSTILE_CHAOS_CELL runs one cell only. The seed is logged with the figures.
 func TestChaosShort(t *testing.T) {
@@ -116,8 +118,11 @@ func runShort(t *testing.T, exe string, cell Cell) {
 	require.Equal(t, fig.Requests-fig.Poison, fig.Turns, "every valid request has its turn")
 	require.Equal(t, fig.Turns, fig.Emails, "every committed turn's email delivered, and no other")
 	require.GreaterOrEqual(t, fig.ModelSteps, 2*fig.Turns, "two model steps a turn")
-	require.LessOrEqual(t, fig.ExtraModelSteps, fig.ExtraBound(),
-		"model steps run again: no more than the kills, poison exits, SIGTERMs and killed connections (seed %d)", cfg.Seed)
+	require.LessOrEqual(t, fig.ExtraModelSteps+fig.ExtraCompactionRuns, fig.ExtraBound(),
+		"model steps and compactions run again: no more than the kills, poison exits, SIGTERMs and killed connections (seed %d)", cfg.Seed)
+	require.Positive(t, fig.Compactions, "conversations compacted (HistoryLimit %d) under the faults (seed %d)", chaosHistoryLimit, cfg.Seed)
+	require.GreaterOrEqual(t, fig.CompactionRuns, fig.Compactions, "every checkpoint's compaction counted")
+	require.Zero(t, fig.CompactionProblems, "checkpoints lost, doubled, unchained, cutting a turn or missing a message, events uncovered (cell %s seed %d)", cell, cfg.Seed)
 	require.Equal(t, fig.Invalid+fig.Poison+fig.Strangers+fig.Panics+fig.Limited, fig.DeadLetters,
 		"every invalid, poison, stranger, panicking and always-limited record is dead-lettered")
 }

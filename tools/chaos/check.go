@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/turnstile-go/turnstile/consumer"
+	"github.com/turnstile-go/turnstile/session"
 )
 
 // Figures are a run's counts: what was done to it and what the checker found.
@@ -54,6 +55,19 @@ type Figures struct {
 	// beyond one per row, the relay's at-least-once redeliveries (reported, not failed).
 	Emails            int
 	EmailRedeliveries int
+	// Compactions counts the checkpoints in the session histories; CompactionRuns the
+	// executions of compaction steps (chaos_compactions), ExtraCompactionRuns those beyond
+	// one per request and step (finished compactions paid for again), which count with
+	// ExtraModelSteps against ExtraBound; CompactionProblems the broken rules of compaction:
+	// a turn with a checkpoint that is not its first event or with two, checkpoints that do
+	// not chain (each folds from the previous one's Through plus one, the first from seq 1)
+	// or cut a turn, a summary that does not hold every user message it covers, a
+	// checkpoint no counted compaction wrote, and more events after the latest checkpoint's
+	// range than the Runner lets a model see before it compacts (an event left uncovered).
+	Compactions         int
+	CompactionRuns      int
+	ExtraCompactionRuns int
+	CompactionProblems  int
 	// EmailsWithoutCommit counts the email rows of a request with no turn in its session
 	// (an intent of a turn that never committed was delivered); CommittedWithoutEmail the
 	// committed turns of valid requests with no email; DeadIntents the intents the relays
@@ -93,18 +107,20 @@ func (f *Figures) Line() string {
 		temporal = fmt.Sprintf(" workers=%d worker_kills=%d server_restarts=%d batches=%d", f.Workers, f.WorkerKills, f.ServerRestarts, f.Batches)
 	}
 	return fmt.Sprintf("cell=%s requests=%d conversations=%d invalid=%d poison=%d strangers=%d panics=%d limited=%d members=%d%s kills=%d sigterms=%d db_kills=%d (connections=%d) restarts=%d bursts=%d poison_crashes=%d member_failures=%d "+
-		"results=%d turns=%d refunds=%d refund_calls=%d model_steps=%d extra_model_steps=%d (bound %d) emails=%d email_redeliveries=%d "+
+		"results=%d turns=%d refunds=%d refund_calls=%d model_steps=%d extra_model_steps=%d (bound %d) compactions=%d compaction_runs=%d extra_compaction_runs=%d compaction_problems=%d emails=%d email_redeliveries=%d "+
 		"emails_without_commit=%d committed_without_email=%d dead_intents=%d pending_intents=%d "+
 		"lost=%d duplicate_turns=%d order_violations=%d context_misses=%d duplicate_side_effects=%d dead_letters=%d valid_dead_letters=%d no_outcome=%d duplicate_results=%d other_failures=%d elapsed=%s seed=%d",
 		f.Cell, f.Requests, f.Conversations, f.Invalid, f.Poison, f.Strangers, f.Panics, f.Limited, f.Members, temporal, f.Kills, f.Terms, f.DBKills, f.ConnsKilled, f.Restarts, f.Bursts, f.Crashes, f.MemberFails,
-		f.ResultRecords, f.Turns, f.Refunds, f.RefundCalls, f.ModelSteps, f.ExtraModelSteps, f.ExtraBound(), f.Emails, f.EmailRedeliveries,
+		f.ResultRecords, f.Turns, f.Refunds, f.RefundCalls, f.ModelSteps, f.ExtraModelSteps, f.ExtraBound(),
+		f.Compactions, f.CompactionRuns, f.ExtraCompactionRuns, f.CompactionProblems, f.Emails, f.EmailRedeliveries,
 		f.EmailsWithoutCommit, f.CommittedWithoutEmail, f.DeadIntents, f.PendingIntents,
 		f.Lost, f.DuplicateTurns, f.OrderViolations, f.ContextMisses, f.DuplicateSideEffects, f.DeadLetters, f.ValidDeadLetters, f.NoOutcome, f.DuplicateResults, f.Other,
 		f.Elapsed.Round(100*time.Millisecond), f.Seed)
 }
 
-// ExtraBound bounds ExtraModelSteps: the faults that can cut a model step between its
-// execution (which it counts as its last act) and its record in the journal. They are the
+// ExtraBound bounds ExtraModelSteps plus ExtraCompactionRuns: the faults that can cut a
+// model or compaction step between its execution (which it counts as its last act) and its
+// record in the journal. They are the
 // kill -9s of members and workers, the poison requests' exits (a kill of the member by its
 // own model, with other turns in flight), the SIGTERMs (a drain that cuts a turn) and the
 // connections the database kills ended (a killed connection fails the count's reply or the
@@ -256,6 +272,8 @@ func (o *outcomes) settled() int {
 // turnRow is one event of a session history.
 type turnRow struct {
 	conv, requestID, author, body string
+	seq                           int64
+	data                          []byte
 }
 
 // check reads the topics and the tables and fills in f's checks.
@@ -278,24 +296,9 @@ func check(ctx context.Context, cfg *Config, brokers []string, db *sql.DB, prefi
 	}
 	f.ResultRecords = o.records
 
-	rows, err := db.QueryContext(ctx, `SELECT s.conversation, e.request_id, e.author, e.body
-		FROM `+prefix+`events e JOIN `+prefix+`sessions s ON s.id = e.session_id
-		ORDER BY s.conversation, e.seq`)
+	events, err := readHistories(ctx, db, prefix)
 	if err != nil {
-		return fmt.Errorf("read histories: %w", err)
-	}
-	var events []turnRow
-	for rows.Next() {
-		var e turnRow
-		if err := rows.Scan(&e.conv, &e.requestID, &e.author, &e.body); err != nil {
-			rows.Close()
-			return fmt.Errorf("read histories: %w", err)
-		}
-		events = append(events, e)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read histories: %w", err)
+		return err
 	}
 	tb, err := readTables(ctx, db, prefix)
 	if err != nil {
@@ -303,6 +306,29 @@ func check(ctx context.Context, cfg *Config, brokers []string, db *sql.DB, prefi
 	}
 	judge(w, o, events, tb, committed, f)
 	return nil
+}
+
+// readHistories reads every event of every session, by conversation, oldest first.
+func readHistories(ctx context.Context, db *sql.DB, prefix string) ([]turnRow, error) {
+	rows, err := db.QueryContext(ctx, `SELECT s.conversation, e.request_id, e.author, e.body, e.seq, e.data
+		FROM `+prefix+`events e JOIN `+prefix+`sessions s ON s.id = e.session_id
+		ORDER BY s.conversation, e.seq`)
+	if err != nil {
+		return nil, fmt.Errorf("read histories: %w", err)
+	}
+	defer rows.Close()
+	var events []turnRow
+	for rows.Next() {
+		var e turnRow
+		if err := rows.Scan(&e.conv, &e.requestID, &e.author, &e.body, &e.seq, &e.data); err != nil {
+			return nil, fmt.Errorf("read histories: %w", err)
+		}
+		events = append(events, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read histories: %w", err)
+	}
+	return events, nil
 }
 
 // stepRun names a model step of a request in chaos_steps.
@@ -317,13 +343,14 @@ type tables struct {
 	refunds     map[string]int  // request id -> refund rows
 	refundCalls int             // calls the refund service took
 	steps       map[stepRun]int // model step -> executions
+	compactions map[stepRun]int // compaction step -> executions
 	emails      map[string]int  // request id -> email rows
 	emailCalls  int             // calls the email service took
 	deadIntents []string        // ids of the buried intents, with their reasons
 }
 
 func newTables() *tables {
-	return &tables{refunds: map[string]int{}, steps: map[stepRun]int{}, emails: map[string]int{}}
+	return &tables{refunds: map[string]int{}, steps: map[stepRun]int{}, compactions: map[stepRun]int{}, emails: map[string]int{}}
 }
 
 // readTables reads the refund, email and step tables and the buried intents with plain SQL.
@@ -348,8 +375,14 @@ func readTables(ctx context.Context, db *sql.DB, prefix string) (*tables, error)
 		}
 		return nil
 	}
-	var steps []stepRun
-	var runs []int
+	stepRow := func(into map[stepRun]int) func(id string, n int) {
+		return func(id string, n int) {
+			i := strings.LastIndexByte(id, '#')
+			var ord int
+			_, _ = fmt.Sscan(id[i+1:], &ord)
+			into[stepRun{id[:i], ord}] = n
+		}
+	}
 	for _, q := range []struct {
 		what, query string
 		row         func(id string, n int)
@@ -362,12 +395,8 @@ func readTables(ctx context.Context, db *sql.DB, prefix string) (*tables, error)
 			tb.emails[id]++
 			tb.emailCalls += n
 		}},
-		{"model steps", `SELECT request_id || '#' || ordinal, runs FROM ` + prefix + `chaos_steps`, func(id string, n int) {
-			i := strings.LastIndexByte(id, '#')
-			var ord int
-			_, _ = fmt.Sscan(id[i+1:], &ord)
-			steps, runs = append(steps, stepRun{id[:i], ord}), append(runs, n)
-		}},
+		{"model steps", `SELECT request_id || '#' || ordinal, runs FROM ` + prefix + `chaos_steps`, stepRow(tb.steps)},
+		{"compactions", `SELECT request_id || '#' || ordinal, runs FROM ` + prefix + `chaos_compactions`, stepRow(tb.compactions)},
 		{"buried intents", `SELECT id || ': ' || reason, attempts FROM ` + prefix + `outbox WHERE status = 'dead' ORDER BY id`, func(id string, n int) {
 			tb.deadIntents = append(tb.deadIntents, fmt.Sprintf("%s (%d attempts)", id, n))
 		}},
@@ -375,9 +404,6 @@ func readTables(ctx context.Context, db *sql.DB, prefix string) (*tables, error)
 		if err := scan(q.what, q.query, q.row); err != nil {
 			return nil, err
 		}
-	}
-	for i, s := range steps {
-		tb.steps[s] = runs[i]
 	}
 	return tb, nil
 }
@@ -388,8 +414,9 @@ func readTables(ctx context.Context, db *sql.DB, prefix string) (*tables, error)
 // record is a failure. f's fault counts must be set: they bound the extra model steps.
 func judge(w *workload, o *outcomes, events []turnRow, tb *tables, committed bool, f *Figures) {
 	var lost, dup, order, miss, sideDup, validDead, foreign, noRefund, noOutcome, served, noReason, dupResults, memberFails problems
-	var extra, noSteps, emailNoCommit, commitNoEmail, deadIntents, pending problems
+	var extra, noSteps, emailNoCommit, commitNoEmail, deadIntents, pending, compaction problems
 	turns, replies := histories(events, w, &order, &miss, &foreign)
+	compacted := checkCompactions(events, tb, &compaction, f)
 	for id, n := range turns {
 		f.Turns += n
 		if n > 1 {
@@ -415,18 +442,12 @@ func judge(w *workload, o *outcomes, events []turnRow, tb *tables, committed boo
 		}
 	}
 	f.EmailRedeliveries = tb.emailCalls - f.Emails
-	f.ModelSteps, f.ExtraModelSteps = 0, 0
-	for s, runs := range tb.steps {
-		f.ModelSteps += runs
-		if runs > 1 {
-			f.ExtraModelSteps += runs - 1
-			extra.add("request %s: model step %d ran %d times", s.requestID, s.ordinal, runs)
-		}
-	}
-	var overBound problems // one failure, whose figure is ExtraModelSteps
-	if bound := f.ExtraBound(); f.ExtraModelSteps > bound {
-		overBound.add("%d extra executions, more than the %d kills, poison exits, SIGTERMs and killed connections: %s",
-			f.ExtraModelSteps, bound, strings.Join(extra.examples, "; "))
+	f.ModelSteps, f.ExtraModelSteps = countRuns(tb.steps, "model", &extra)
+	f.CompactionRuns, f.ExtraCompactionRuns = countRuns(tb.compactions, "compaction", &extra)
+	var overBound problems // one failure, whose figures are ExtraModelSteps and ExtraCompactionRuns
+	if bound := f.ExtraBound(); f.ExtraModelSteps+f.ExtraCompactionRuns > bound {
+		overBound.add("%d extra executions of model steps and %d of compactions, more than the %d kills, poison exits, SIGTERMs and killed connections: %s",
+			f.ExtraModelSteps, f.ExtraCompactionRuns, bound, strings.Join(extra.examples, "; "))
 	}
 	for _, id := range tb.deadIntents {
 		deadIntents.add("%s", id)
@@ -482,6 +503,9 @@ func judge(w *workload, o *outcomes, events []turnRow, tb *tables, committed boo
 			commitNoEmail.add("request %s (%s #%d): a committed turn and no email", it.id, it.conv, it.n)
 		}
 		for _, ord := range modelOrdinals {
+			if compacted[it.id] {
+				ord++ // the compaction is step 1
+			}
 			if tb.steps[stepRun{it.id, ord}] == 0 {
 				noSteps.add("request %s: a turn and no execution of its model step %d", it.id, ord)
 			}
@@ -492,6 +516,7 @@ func judge(w *workload, o *outcomes, events []turnRow, tb *tables, committed boo
 	f.DuplicateSideEffects, f.ValidDeadLetters = sideDup.n, validDead.n
 	f.NoOutcome, f.DuplicateResults = noOutcome.n, dupResults.n
 	f.EmailsWithoutCommit, f.CommittedWithoutEmail = emailNoCommit.n, commitNoEmail.n
+	f.CompactionProblems = compaction.n
 	if !committed {
 		dupResults = problems{} // republished results are expected: readers dedup on the request id
 	}
@@ -514,6 +539,7 @@ func judge(w *workload, o *outcomes, events []turnRow, tb *tables, committed boo
 		{"dead letters without a reason", &noReason}, {"duplicate committed results", &dupResults},
 		{"members that died by themselves", &memberFails},
 		{"extra model steps past the bound", &overBound}, {"turns without their model steps", &noSteps},
+		{"compaction problems", &compaction},
 		{"emails without a committed turn", &emailNoCommit}, {"committed turns without their email", &commitNoEmail},
 		{"buried intents", &deadIntents}, {"intents left pending", &pending},
 	} {
@@ -545,8 +571,11 @@ func histories(events []turnRow, w *workload, order, miss, foreign *problems) (t
 		turn := events[i:j]
 		i = j
 		turns[e.requestID]++
+		if turn[0].author == session.AuthorCheckpoint { // a compaction's (checkCompactions)
+			turn = turn[1:]
+		}
 		it, ok := w.byID[e.requestID]
-		if !ok || it.kind != kindValid || it.conv != conv || len(turn) != 2 || turn[0].author != "user" || turn[0].body != userText(conv, it.n, kindValid) {
+		if !ok || it.kind != kindValid || it.conv != conv || len(turn) != 2 || turn[0].author != "user" || turn[0].body != userText(conv, it.n, kindValid) || turn[1].author != "assistant" {
 			foreign.add("conversation %s: a turn of %s that is no valid request of it (%d events)", conv, e.requestID, len(turn))
 			continue
 		}
@@ -560,4 +589,94 @@ func histories(events []turnRow, w *workload, order, miss, foreign *problems) (t
 		prevText, prevN = turn[0].body, it.n
 	}
 	return turns, replies
+}
+
+// countRuns sums the executions of steps, and those beyond one per request and step, which
+// it adds to extra as the what steps that ran again.
+func countRuns(steps map[stepRun]int, what string, extra *problems) (runs, extraRuns int) {
+	for s, n := range steps {
+		runs += n
+		if n > 1 {
+			extraRuns += n - 1
+			extra.add("request %s: %s step %d ran %d times", s.requestID, what, s.ordinal, n)
+		}
+	}
+	return runs, extraRuns
+}
+
+// checkCompactions walks each conversation's history, oldest first, and checks its
+// checkpoints (see Figures.CompactionProblems), counting them in f.Compactions. It returns
+// the request ids whose turn holds a checkpoint: their model steps come one later.
+func checkCompactions(events []turnRow, tb *tables, bad *problems, f *Figures) (compacted map[string]bool) {
+	compacted = map[string]bool{}
+	f.Compactions = 0
+	for start := 0; start < len(events); {
+		end := start + 1
+		for end < len(events) && events[end].conv == events[start].conv {
+			end++
+		}
+		checkConversation(events[start:end], tb, bad, f, compacted)
+		start = end
+	}
+	return compacted
+}
+
+// checkConversation checks the checkpoints of one conversation's history.
+func checkConversation(events []turnRow, tb *tables, bad *problems, f *Figures, compacted map[string]bool) {
+	conv := events[0].conv
+	bySeq := make(map[int64]turnRow, len(events))
+	for _, e := range events {
+		bySeq[e.seq] = e
+	}
+	var through int64 // the latest checkpoint's
+	for i, e := range events {
+		if e.author != session.AuthorCheckpoint {
+			continue
+		}
+		f.Compactions++
+		c, _, err := session.CheckpointOf(session.Event{ID: e.requestID, RequestID: e.requestID, Seq: e.seq, Author: e.author, Text: e.body, Data: e.data})
+		if err != nil {
+			bad.add("conversation %s: %v", conv, err)
+			continue
+		}
+		switch {
+		case compacted[e.requestID]:
+			bad.add("conversation %s: the turn of %s holds two checkpoints (the second at seq %d)", conv, e.requestID, e.seq)
+		case i > 0 && events[i-1].requestID == e.requestID:
+			bad.add("conversation %s: the checkpoint at seq %d is not the first event of %s's turn", conv, e.seq, e.requestID)
+		case c.From != through+1:
+			bad.add("conversation %s: the checkpoint at seq %d folds seqs %d to %d, the one before covers through %d", conv, e.seq, c.From, c.Through, through)
+		case bySeq[c.Through].requestID == bySeq[c.Through+1].requestID:
+			bad.add("conversation %s: the checkpoint at seq %d covers through seq %d, in the middle of a turn", conv, e.seq, c.Through)
+		case tb.compactions[stepRun{e.requestID, 1}] == 0:
+			bad.add("conversation %s: the checkpoint at seq %d of %s, and no execution of its compaction counted", conv, e.seq, e.requestID)
+		}
+		compacted[e.requestID] = true
+		var covered []string // the user messages of seqs 1 to c.Through
+		for _, u := range events {
+			if u.seq <= c.Through && u.author == "user" {
+				covered = append(covered, u.body)
+			}
+		}
+		if want := summaryText(covered); c.Summary != want {
+			bad.add("conversation %s: the checkpoint at seq %d summarizes %q, it covers the messages %q", conv, e.seq, c.Summary, want)
+		}
+		through = max(through, c.Through)
+	}
+	// Before a turn the Runner compacts more than chaosHistoryLimit uncovered events; the
+	// last turn stored adds its two.
+	if tail := int64(len(events)) - through - countCheckpointsAfter(events, through); tail > chaosHistoryLimit+2 {
+		bad.add("conversation %s: %d events after the latest checkpoint's range (seqs 1 to %d), more than a model sees before it compacts (%d) and a turn", conv, tail, through, chaosHistoryLimit)
+	}
+}
+
+// countCheckpointsAfter counts the checkpoint events after seq through.
+func countCheckpointsAfter(events []turnRow, through int64) int64 {
+	var n int64
+	for _, e := range events {
+		if e.seq > through && e.author == session.AuthorCheckpoint {
+			n++
+		}
+	}
+	return n
 }

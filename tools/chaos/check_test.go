@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/turn"
 )
 
@@ -40,9 +42,6 @@ func newServed(t *testing.T) *served {
 			s.tb.refunds[it.id], s.tb.emails[it.id] = 1, 1
 			s.tb.refundCalls++
 			s.tb.emailCalls++
-			for _, ord := range modelOrdinals {
-				s.tb.steps[stepRun{it.id, ord}] = 1
-			}
 		case kindInvalid:
 			s.o.addDead(&kgo.Record{Value: it.value, Headers: []kgo.RecordHeader{{Key: "reason", Value: []byte("broken JSON")}}})
 		default:
@@ -55,15 +54,59 @@ func newServed(t *testing.T) *served {
 	for c := range cfg.Conversations {
 		conv := convName(c)
 		prev := ""
+		// As the members' Runner compacts: a turn that finds more than chaosHistoryLimit
+		// events uncovered folds whole turns until at most half of it remain (here, in each
+		// conversation's fifth turn), its checkpoint first in its turn, its model steps one
+		// later.
+		var seq, through int64
+		var uncovered []turnRow
+		var covered []string
 		for _, it := range byConv[conv] {
+			shift := 0
+			if len(uncovered) > chaosHistoryLimit {
+				n := 0
+				for n == 0 || len(uncovered)-n > chaosHistoryLimit/2 {
+					n += 2
+				}
+				for _, e := range uncovered[:n] {
+					if e.author == "user" {
+						covered = append(covered, e.body)
+					}
+				}
+				from := through + 1
+				through, uncovered = uncovered[n-1].seq, uncovered[n:]
+				seq++
+				s.events = append(s.events, turnRow{conv: conv, requestID: it.id, author: session.AuthorCheckpoint, body: summaryText(covered), seq: seq,
+					data: fmt.Appendf(nil, `{"from":%d,"through":%d,"policy":"p1-test","tokens":9}`, from, through)})
+				s.tb.compactions[stepRun{it.id, 1}] = 1
+				shift = 1
+			}
+			for _, ord := range modelOrdinals {
+				s.tb.steps[stepRun{it.id, ord + shift}] = 1
+			}
 			text := userText(conv, it.n, kindValid)
 			reply := replyText(text, prev)
-			s.events = append(s.events, turnRow{conv, it.id, "user", text}, turnRow{conv, it.id, "assistant", reply})
+			user := turnRow{conv: conv, requestID: it.id, author: "user", body: text, seq: seq + 1}
+			answer := turnRow{conv: conv, requestID: it.id, author: "assistant", body: reply, seq: seq + 2}
+			seq += 2
+			s.events = append(s.events, user, answer)
+			uncovered = append(uncovered, user, answer)
 			s.o.addResult(&kgo.Record{Key: []byte(conv), Value: []byte(`{"request_id":"` + it.id + `","conversation_id":"` + conv + `","text":` + quote(reply) + `}`)})
 			prev = text
 		}
 	}
 	return s
+}
+
+// checkpoints returns the indexes in s.events of the checkpoint events.
+func (s *served) checkpoints() []int {
+	var out []int
+	for i, e := range s.events {
+		if e.author == session.AuthorCheckpoint {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 func convName(c int) string { return fmt.Sprintf("conv-%03d", c+1) }
@@ -99,6 +142,10 @@ func TestJudgePassesARunThatServedEverything(t *testing.T) {
 	require.Equal(t, 80, f.ModelSteps)
 	require.Zero(t, f.ExtraModelSteps)
 	require.Zero(t, f.EmailRedeliveries)
+	require.Equal(t, 8, f.Compactions, "each conversation's fifth turn compacted")
+	require.Equal(t, 8, f.CompactionRuns)
+	require.Zero(t, f.ExtraCompactionRuns)
+	require.Zero(t, f.CompactionProblems)
 	for _, k := range kinds {
 		require.Positive(t, s.w.count(k), "the workload has a record of kind %s", k)
 	}
@@ -222,6 +269,49 @@ func TestJudgeFindsEachFault(t *testing.T) {
 			},
 			figure: func(f *Figures) int { return f.ExtraModelSteps - 2 },
 		},
+		"a checkpoint lost": {
+			break_: func(s *served) {
+				i := s.checkpoints()[2]
+				s.events = append(s.events[:i:i], s.events[i+1:]...)
+			},
+			figure: func(f *Figures) int { return f.CompactionProblems },
+		},
+		"a checkpoint doubled": {
+			break_: func(s *served) {
+				i := s.checkpoints()[2]
+				s.events = append(s.events[:i+1:i+1], s.events[i:]...)
+			},
+			figure: func(f *Figures) int { return f.CompactionProblems },
+		},
+		"a checkpoint that leaves a gap": {
+			break_: func(s *served) {
+				e := &s.events[s.checkpoints()[1]]
+				e.data = []byte(strings.Replace(string(e.data), `"from":1`, `"from":2`, 1))
+			},
+			figure: func(f *Figures) int { return f.CompactionProblems },
+		},
+		"a checkpoint that cuts a turn": {
+			break_: func(s *served) {
+				e := &s.events[s.checkpoints()[1]]
+				e.data = []byte(strings.Replace(string(e.data), `"through":6`, `"through":5`, 1))
+			},
+			figure: func(f *Figures) int { return f.CompactionProblems },
+		},
+		"a summary that lost a message": {
+			break_: func(s *served) {
+				e := &s.events[s.checkpoints()[3]]
+				e.body = e.body[strings.IndexByte(e.body, '\n')+1:]
+			},
+			figure: func(f *Figures) int { return f.CompactionProblems },
+		},
+		"a checkpoint no counted compaction wrote": {
+			break_: func(s *served) { delete(s.tb.compactions, stepRun{s.events[s.checkpoints()[4]].requestID, 1}) },
+			figure: func(f *Figures) int { return f.CompactionProblems },
+		},
+		"a compaction run again with no fault to explain it": {
+			break_: func(s *served) { s.tb.compactions[stepRun{s.events[s.checkpoints()[0]].requestID, 1}] = 2 },
+			figure: func(f *Figures) int { return f.ExtraCompactionRuns },
+		},
 		"a turn without its model step": {
 			break_: func(s *served) { delete(s.tb.steps, stepRun{s.validIDs()[8], 1}) },
 			figure: func(f *Figures) int { return f.Other },
@@ -288,15 +378,17 @@ func TestJudgeAllowsWhatTheFaultsExplain(t *testing.T) {
 	s.tb.steps[stepRun{ids[0], 1}] = 2
 	s.tb.steps[stepRun{ids[1], 4}] = 3
 	s.tb.steps[stepRun{ids[2], 4}] = 2
-	s.tb.steps[stepRun{ids[3], 1}] = 2
+	s.tb.compactions[stepRun{s.events[s.checkpoints()[0]].requestID, 1}] = 2
 	s.tb.emailCalls += 3
 	f := s.judge()
 	require.Empty(t, f.Failures)
 	require.Equal(t, 5, f.ExtraBound())
-	require.Equal(t, 5, f.ExtraModelSteps)
-	require.Equal(t, 85, f.ModelSteps)
+	require.Equal(t, 4, f.ExtraModelSteps)
+	require.Equal(t, 1, f.ExtraCompactionRuns)
+	require.Equal(t, 84, f.ModelSteps)
+	require.Equal(t, 9, f.CompactionRuns)
 	require.Equal(t, 3, f.EmailRedeliveries)
-	require.Contains(t, f.Line(), "extra_model_steps=5 (bound 5)")
+	require.Contains(t, f.Line(), "extra_model_steps=4 (bound 5) compactions=8 compaction_runs=9 extra_compaction_runs=1 compaction_problems=0")
 	require.Contains(t, f.Line(), "email_redeliveries=3")
 }
 

@@ -159,7 +159,8 @@ func openStores(a childArgs) (*memberStores, error) {
 }
 
 // newRunner returns the Runner of a member (direct mode) or a worker (Temporal mode): the
-// fake model on the stores, its bursts started by SIGUSR1.
+// fake model on the stores, its bursts started by SIGUSR1, compacting conversations past
+// chaosHistoryLimit events with the model as the summarizer.
 func newRunner(a childArgs, st *memberStores, log *slog.Logger) *turn.Runner {
 	m := newModel(st.db, a.Prefix, a.Faults)
 	bursts := make(chan os.Signal, 1)
@@ -169,7 +170,8 @@ func newRunner(a childArgs, st *memberStores, log *slog.Logger) *turn.Runner {
 			m.burst()
 		}
 	}()
-	return &turn.Runner{Model: m, Sessions: st.sessions, Inbox: st.inbox, TurnTimeout: 30 * time.Second, Logger: log}
+	return &turn.Runner{Model: m, Sessions: st.sessions, Inbox: st.inbox, TurnTimeout: 30 * time.Second, Logger: log,
+		HistoryLimit: chaosHistoryLimit}
 }
 
 // runMember is a host's main.go: in direct mode a turn.Runner with the fake model on the

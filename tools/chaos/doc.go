@@ -56,6 +56,13 @@
 //  4. "model": the answer, which quotes the last user message of the history it was given,
 //     which is how a context miss shows.
 //
+// The members' and workers' Runners compact (HistoryLimit 6: a conversation's fifth turn
+// compacts, then every third), with the model as their summarizer (turn.Summarizer): a
+// compaction is the turn's first journal step (the model's steps come one later), and its
+// summary is the previous one and every folded user message, one a line, so that the checker
+// knows what each checkpoint must say. It counts its execution in chaos_compactions, as a
+// model step does in chaos_steps.
+//
 // Each model step counts its execution in the chaos_steps table (request id, ordinal, runs)
 // as the last thing it does before it returns, so a step cut before its end (a kill while it
 // sleeps) is no execution, and a step counted twice ran again after it had completed once: a
@@ -95,6 +102,15 @@
 //     the SIGTERMs (a drain that cuts a turn) and the connections the database kills ended. The window is one database round trip (the count has landed, the
 //     record has not), so the figure stays far below the bound; a journal that lost a record
 //     or was not read again would repay nearly every model step of the turns that ran twice;
+//   - compaction problems (Figures.CompactionProblems), read from the session tables: a
+//     turn whose checkpoint is not its first event or that holds two (doubled), checkpoints
+//     that do not chain (each folds from the previous one's Through plus one, the first from
+//     seq 1: a gap is an event uncovered, an overlap one folded twice) or that end inside a
+//     turn, a summary that does not hold every user message of the seqs it covers, a
+//     checkpoint whose compaction no execution counted, and more events after the latest
+//     checkpoint's range than the Runner lets the model see before it compacts, plus the
+//     last turn's (an event left uncovered: a lost checkpoint shows so); compactions run
+//     again count with the extra model steps against the same bound;
 //   - emails without a commit: an email row of a request with no turn in its session (an
 //     intent of a turn that never committed was delivered: a dead-lettered, invalid, poison
 //     or panicking request, the panicking store's after it deferred its email);

@@ -73,10 +73,16 @@ func replyText(text, prev string) string {
 // history. Each model step counts its execution in the chaos_steps table right before it
 // returns, so a step cut before its end (a kill while it sleeps) is no execution, and one
 // counted twice ran again after it had completed once: a model call the journal did not save.
+//
+// It is also the turns' summarizer (turn.Summarizer, as turn/agent's Agent is through its
+// provider): the members' Runners compact (HistoryLimit chaosHistoryLimit), and each
+// compaction step counts its execution in chaos_compactions as its last act, as a model step
+// does in chaos_steps.
 type model struct {
 	db         *sql.DB
 	refund     string
 	ran        string
+	compacted  string
 	faults     modelFaults
 	burstUntil atomic.Int64 // Unix nanoseconds
 }
@@ -88,8 +94,40 @@ func newModel(db *sql.DB, prefix string, f modelFaults) *model {
 			ON CONFLICT (tool_key) DO UPDATE SET calls = r.calls + 1`,
 		ran: `INSERT INTO ` + prefix + `chaos_steps AS s (request_id, ordinal) VALUES ($1, $2)
 			ON CONFLICT (request_id, ordinal) DO UPDATE SET runs = s.runs + 1`,
+		compacted: `INSERT INTO ` + prefix + `chaos_compactions AS c (request_id, ordinal) VALUES ($1, $2)
+			ON CONFLICT (request_id, ordinal) DO UPDATE SET runs = c.runs + 1`,
 	}
 }
+
+// chaosHistoryLimit is the members' and workers' turn.Runner.HistoryLimit: a conversation
+// compacts when more than 6 events are uncovered (its fifth turn, then every third), folding
+// all but its last turn, so that every cell's conversations compact under the kills.
+const chaosHistoryLimit = 6
+
+// Summarize implements turn.Summarizer: the summary is the previous one and the folded user
+// messages, one a line, so that the checker knows what each checkpoint must say (every user
+// message it covers, in order: summaryText). A 429 burst reaches it as it reaches the model.
+func (m *model) Summarize(ctx context.Context, in turn.SummaryInput) (string, error) {
+	if time.Now().UnixNano() < m.burstUntil.Load() {
+		return "", turn.RetryAfter(250*time.Millisecond, errors.New("HTTP 429 Too Many Requests (chaos burst, summarizing)"))
+	}
+	var lines []string
+	if in.Previous != "" {
+		lines = append(lines, in.Previous)
+	}
+	for _, e := range in.Events {
+		if e.Author == "user" {
+			lines = append(lines, e.Text)
+		}
+	}
+	if _, err := m.db.ExecContext(ctx, m.compacted, in.Request.ID, in.Step.Ordinal); err != nil {
+		return "", unavailable(ctx, "compaction count", err)
+	}
+	return summaryText(lines), nil
+}
+
+// summaryText is the summary of a conversation's user messages, oldest first.
+func summaryText(userTexts []string) string { return strings.Join(userTexts, "\n") }
 
 // burst makes every call for the next BurstLength a rate limit (HTTP 429).
 func (m *model) burst() {
@@ -154,7 +192,8 @@ func (m *model) Respond(ctx context.Context, in turn.Input) (turn.Output, error)
 	return turn.Output{Events: []session.Event{{Author: "assistant", Text: string(reply)}}}, nil
 }
 
-// modelOrdinals are the ordinals of the agent's model steps: the plan and the answer.
+// modelOrdinals are the ordinals of the agent's model steps: the plan and the answer, one
+// later in a turn that compacted (its compaction is step 1).
 var modelOrdinals = []int{1, 4}
 
 // refundTool names the agent's refund step ("tool:refund").

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"database/sql"
 	"io"
 	"log/slog"
 	"testing"
@@ -20,15 +21,10 @@ import (
 // the deferred email waits for the commit, and the relay delivers it once. A request whose
 // session store panics after its steps leaves no intent.
 func TestModelRunsEachStepOnceAndDefersTheEmail(t *testing.T) {
-	sqltest.Postgres(t) // skips, or fails under CI=true, when PostgreSQL is unreachable
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	db, prefix, err := setupTables(ctx, sqltest.PostgresDSN())
-	require.NoError(t, err)
-	t.Cleanup(func() { dropTables(db, prefix); db.Close() })
-	st, err := openStores(childArgs{DSN: sqltest.PostgresDSN(), AppName: "chaos-model-test", Prefix: prefix, MaxInFlight: 2})
-	require.NoError(t, err)
-	t.Cleanup(func() { st.db.Close() })
+	a := childArgs{DSN: sqltest.PostgresDSN(), AppName: "chaos-model-test", MaxInFlight: 2}
+	db, prefix, st := modelTables(ctx, t, &a)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	r := &turn.Runner{Model: newModel(st.db, prefix, modelFaults{Seed: 1, FailShare: 1}),
 		Sessions: st.sessions, Inbox: st.inbox, Logger: log}
@@ -37,7 +33,7 @@ func TestModelRunsEachStepOnceAndDefersTheEmail(t *testing.T) {
 		return turn.Request{Schema: turn.SchemaVersion, ID: uuid.NewString(), ConversationID: "conv-001", UserID: "user-001", Text: text}
 	}
 	ok := req(userText("conv-001", 1, kindValid))
-	_, err = r.Run(ctx, ok)
+	_, err := r.Run(ctx, ok)
 	require.ErrorContains(t, err, "HTTP 500", "the first attempt fails after its refund")
 	pending, err := st.inbox.Intents(ctx, inbox.IntentFilter{Status: inbox.IntentPending})
 	require.NoError(t, err)
@@ -67,4 +63,66 @@ func TestModelRunsEachStepOnceAndDefersTheEmail(t *testing.T) {
 	require.Equal(t, map[string]int{ok.ID: 1}, tb.emails, "the committed turn's email, and only its")
 	require.Equal(t, 1, tb.emailCalls)
 	require.Empty(t, tb.deadIntents)
+}
+
+// The members' Runner compacts with the model as its summarizer, on the PostgreSQL stores:
+// eight turns of a conversation compact in the fifth and the eighth, each turn failing its
+// first attempt after the compaction (the refund's HTTP 500) and running again, which takes
+// the compaction from the journal (one execution each); the checker's compaction rules hold
+// on what is stored, and the compacted turns' model steps come one later.
+func TestModelCompactsOnceAJournaledStep(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a := childArgs{DSN: sqltest.PostgresDSN(), AppName: "chaos-compaction-test", MaxInFlight: 2, Faults: modelFaults{Seed: 1, FailShare: 1}}
+	db, prefix, st := modelTables(ctx, t, &a)
+	r := newRunner(a, st, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.Equal(t, chaosHistoryLimit, r.HistoryLimit)
+
+	var ids []string
+	prev := ""
+	for n := 1; n <= 8; n++ {
+		req := turn.Request{Schema: turn.SchemaVersion, ID: uuid.NewString(), ConversationID: "conv-001", UserID: "user-001", Text: userText("conv-001", n, kindValid)}
+		_, err := r.Run(ctx, req)
+		require.ErrorContains(t, err, "HTTP 500", "turn %d: the first attempt fails after its refund", n)
+		res, err := r.Run(ctx, req)
+		require.NoError(t, err)
+		require.Equal(t, replyText(req.Text, prev), res.Text, "turn %d: the reply quotes the message before it, in view after the compaction", n)
+		ids, prev = append(ids, req.ID), req.Text
+	}
+	events, err := readHistories(ctx, db, prefix)
+	require.NoError(t, err)
+	tb, err := readTables(ctx, db, prefix)
+	require.NoError(t, err)
+	require.Equal(t, map[stepRun]int{{ids[4], 1}: 1, {ids[7], 1}: 1}, tb.compactions, "one execution per compaction: the second attempt took it from the journal")
+	var bad problems
+	f := &Figures{}
+	compacted := checkCompactions(events, tb, &bad, f)
+	require.Zero(t, bad.n, "%v", bad.examples)
+	require.Equal(t, 2, f.Compactions)
+	require.Equal(t, map[string]bool{ids[4]: true, ids[7]: true}, compacted)
+	for i, id := range ids {
+		shift := 0
+		if compacted[id] {
+			shift = 1
+		}
+		for _, ord := range modelOrdinals {
+			require.Equal(t, 1, tb.steps[stepRun{id, ord + shift}], "turn %d: model step %d ran once", i+1, ord+shift)
+		}
+	}
+}
+
+// modelTables makes the run's tables under a prefix of the test's own (set in a) and opens a
+// child's stores on them, as a member does; the test skips, or fails under CI=true, when
+// PostgreSQL is unreachable.
+func modelTables(ctx context.Context, t *testing.T, a *childArgs) (*sql.DB, string, *memberStores) {
+	t.Helper()
+	sqltest.Postgres(t)
+	db, prefix, err := setupTables(ctx, sqltest.PostgresDSN())
+	require.NoError(t, err)
+	t.Cleanup(func() { dropTables(db, prefix); db.Close() })
+	a.Prefix = prefix
+	st, err := openStores(*a)
+	require.NoError(t, err)
+	t.Cleanup(func() { st.db.Close() })
+	return db, prefix, st
 }

@@ -315,7 +315,8 @@ func sleepUntil(ctx context.Context, t time.Time, tick <-chan time.Time, onTick 
 }
 
 // setupTables opens the database and creates the stores' tables and the fake services' (the
-// refunds, the emails, the model steps' executions) under a prefix of the run's own.
+// refunds, the emails, the model steps' and the compactions' executions) under a prefix of
+// the run's own.
 func setupTables(ctx context.Context, dsn string) (*sql.DB, string, error) {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
@@ -358,6 +359,12 @@ func setupTables(ctx context.Context, dsn string) (*sql.DB, string, error) {
 		service("chaos_emails"),
 		// The executions of the agent's model steps, counted by the steps themselves.
 		`CREATE TABLE ` + prefix + `chaos_steps (
+			request_id TEXT NOT NULL,
+			ordinal INTEGER NOT NULL,
+			runs INTEGER NOT NULL DEFAULT 1,
+			PRIMARY KEY (request_id, ordinal))`,
+		// The executions of the compaction steps, counted by the summarizer.
+		`CREATE TABLE ` + prefix + `chaos_compactions (
 			request_id TEXT NOT NULL,
 			ordinal INTEGER NOT NULL,
 			runs INTEGER NOT NULL DEFAULT 1,
