@@ -311,6 +311,9 @@ func (s *Store) read(ctx context.Context, owner attachment.Owner, id string, off
 		}
 		if !found {
 			found = true
+			if stored <= 0 {
+				return nil, 0, fmt.Errorf("sqlattachment: read %s: the stored chunk size is %d", id, stored)
+			}
 			if stored != chunkSize {
 				return nil, stored, nil
 			}
