@@ -21,12 +21,20 @@
 //     return the stored Result, Replayed set, without calling the model. Dead: return the
 //     [*DeadLetterError] again. More attempts than MaxAttempts (earlier deliveries crashed):
 //     dead-letter it. New or in progress: go on.
-//  3. Under the whole-turn deadline (TurnTimeout): get or create the session; when an earlier
-//     delivery began, look for this request's turn in the history and reuse it if it is there.
-//  4. Call the model with the request, the session's recent history and the attempt number.
-//  5. Append the turn (the user's message, then the model's events, each with an id derived
-//     from the request id) at the session version read in step 3: a writer that lost the race
-//     gets session.ErrConflict and appends nothing.
+//  3. Under the whole-turn deadline (TurnTimeout): get or create the session, reading back as
+//     far as its latest checkpoint's range needs; when an earlier delivery began, look for
+//     this request's turn in the history and reuse it if it is there. Check that each of the
+//     request's attachments ([Request.Attachments]) is in [Runner.Attachments] for its user;
+//     a missing one is dead-lettered with its id.
+//  4. Keep the model's input within [Runner.ContextBudget]: when it would not fit, or more
+//     events are uncovered than HistoryLimit, fold the oldest turns into a new summary (the
+//     journal step [CompactStep]); a request that cannot fit is dead-lettered
+//     ([ErrOverBudget]). Call the model with the request, the latest summary
+//     ([Input.Summary]), the events after it and the attempt number.
+//  5. Append the turn (a new checkpoint when step 4 compacted, the user's message, then the
+//     model's events, each with an id derived from the request id) at the session version
+//     read in step 3: a writer that lost the race gets session.ErrConflict and appends
+//     nothing.
 //  6. Complete the request in the inbox with the encoded Result, and return it. When the
 //     session store and the inbox share one *sql.DB (session/sqlsession and inbox/sqlinbox),
 //     steps 5 and 6 are one transaction.
