@@ -118,8 +118,8 @@ func (b *Bridge) Handle(ctx context.Context, req turn.Request) (*turn.Result, er
 // (its hand-off failed Config.MaxAttempts times, panicked, was refused as permanent, ...), so
 // its conversation's workflow would wait for its Sequence forever. DeadLettered signals the
 // workflow (SignalWithStart, as Handle) with req marked Envelope.DeadLettered with reason, and
-// without its text and metadata, so that the signal stays small even when req was refused for
-// its size; the workflow passes over the request when its Sequence comes up, without running
+// without its text, metadata and attachment references, so that the signal stays small even
+// when req was refused for its size; the workflow passes over the request when its Sequence comes up, without running
 // it or publishing a second dead letter. The envelope is recorded in the Ledger as Handle's
 // are (a ledger that keeps the first envelope of a sequence keeps an earlier hand-off's).
 // Errors are Handle's; the consumer retries them before it publishes the dead letter.
@@ -131,7 +131,7 @@ func (b *Bridge) DeadLettered(ctx context.Context, req turn.Request, reason stri
 		reason = strings.ToValidUTF8(reason[:maxReasonBytes], "") + "…"
 	}
 	env := b.envelope(ctx, req)
-	env.Request.Text, env.Request.Metadata = "", nil
+	env.Request.Text, env.Request.Metadata, env.Request.Attachments = "", nil, nil
 	env.Headers = injectTrace(ctx, b.opts.Telemetry.TextMapPropagator(), nil) // no producer's headers: no turn runs
 	env.DeadLettered = reason
 	return b.send(ctx, req.ConversationID, []Envelope{env})
@@ -230,6 +230,9 @@ func payloadSize(envs []Envelope) int {
 		n += perEnvelope + len(r.ID) + len(r.ConversationID) + len(r.UserID) + len(r.Text) + len(r.ReplyTo) + len(e.Source.Topic)
 		for k, v := range r.Metadata {
 			n += len(k) + len(v) + 6
+		}
+		for _, a := range r.Attachments { // references: the content is in the attachment store
+			n += len(a.ID) + len(a.Name) + len(a.MediaType) + 64
 		}
 		for k, v := range e.Headers {
 			n += len(k) + len(v) + 6

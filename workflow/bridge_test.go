@@ -2,6 +2,7 @@ package workflow
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
+	"github.com/turnstile-go/turnstile/attachment"
 	"github.com/turnstile-go/turnstile/turn"
 )
 
@@ -53,4 +55,50 @@ func TestHandleTooLargeIsPermanent(t *testing.T) {
 	require.ErrorContains(t, err, "over the limit")
 	_, err = NewBridge(c, BridgeOptions{})
 	require.ErrorContains(t, err, "TaskQueue")
+}
+
+// NewBridge refuses a configuration whose continue-as-new input could pass the server's
+// payload limit: a carried bound over MaxCarriedBytesLimit, a dedup window over
+// MaxDedupWindow (its ids travel in every input).
+func TestNewBridgeBoundsTheCarriedState(t *testing.T) {
+	t.Parallel()
+	c, err := client.NewLazyClient(client.Options{HostPort: "127.0.0.1:1"})
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = NewBridge(c, BridgeOptions{TaskQueue: "q", Config: Config{DedupWindow: MaxDedupWindow}})
+	require.NoError(t, err)
+	_, err = NewBridge(c, BridgeOptions{TaskQueue: "q", Config: Config{DedupWindow: MaxDedupWindow + 1}})
+	require.ErrorContains(t, err, "DedupWindow")
+	_, err = NewBridge(c, BridgeOptions{TaskQueue: "q", Config: Config{MaxCarriedBytes: MaxCarriedBytesLimit + 1}})
+	require.ErrorContains(t, err, "MaxCarriedBytes")
+	st := State{ConversationID: strings.Repeat("c", turn.MaxIDBytes), UserID: strings.Repeat("u", turn.MaxIDBytes), Config: Config{DedupWindow: MaxDedupWindow}.withDefaults()}
+	for range MaxDedupWindow {
+		st.Recent = append(st.Recent, request("c", 0, "").ID)
+	}
+	for s := range int64(maxSkippedKept) {
+		st.Skipped = append(st.Skipped, 1<<62+s)
+	}
+	require.Less(t, len(mustJSON(t, st)), 160<<10, "the largest carried State without pending requests")
+}
+
+// The size a hand-off is checked at counts the attachment references a request carries: at
+// least their encoded bytes.
+func TestPayloadSizeCountsAttachments(t *testing.T) {
+	t.Parallel()
+	base := Envelope{Request: request("c-refs", 1, "see the log")}
+	refs := base
+	for i := range turn.MaxAttachments {
+		content := []byte(strings.Repeat("x", i+1))
+		refs.Request.Attachments = append(refs.Request.Attachments,
+			attachment.Ref{ID: attachment.IDOf(content), Size: int64(len(content)), Name: "part.log", MediaType: "text/plain"})
+	}
+	require.GreaterOrEqual(t, payloadSize([]Envelope{refs})-payloadSize([]Envelope{base}), len(mustJSON(t, refs))-len(mustJSON(t, base)))
+}
+
+// mustJSON returns v encoded.
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	data, err := json.Marshal(v)
+	require.NoError(t, err)
+	return data
 }

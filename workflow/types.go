@@ -31,8 +31,10 @@ const (
 
 // Envelope is one request as it travels into Temporal: the request (with its Source, which the
 // JSON envelope of a record leaves out) and the record headers named in
-// BridgeOptions.Headers. It carries ids and the user's text, never the conversation's
-// transcript: the session store holds the context, so histories stay small.
+// BridgeOptions.Headers. It carries ids, the user's text and the references of the request's
+// attachments (turn.Request.Attachments: their content stays in the attachment store), never
+// the conversation's transcript or a summary of it: the session store holds the context, so
+// histories stay small.
 type Envelope struct {
 	Request turn.Request      `json:"request"`
 	Source  turn.Source       `json:"source"`
@@ -42,7 +44,8 @@ type Envelope struct {
 	// published its dead letter, so the workflow never runs the request nor publishes one;
 	// when its Sequence comes up it advances the applied mark past it, so that the
 	// conversation goes on (G5). Such an envelope carries the request's ids and Sequence, not
-	// its text or metadata. A pending envelope of the same request is marked so too.
+	// its text, metadata or attachment references. A pending envelope of the same request is
+	// marked so too.
 	DeadLettered string `json:"dead_lettered,omitempty"`
 	// RedrivenFrom, when set, is the dead letter this request was re-driven from (the
 	// redriven-from header that package deadletter's Redrive adds, "TOPIC/PARTITION/OFFSET";
