@@ -3,12 +3,14 @@ package turn
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/turnstile-go/turnstile/attachment"
+	"github.com/turnstile-go/turnstile/session"
 )
 
 // ErrNoAttachmentStore is wrapped by the permanent error of a request that carries attachment
@@ -110,4 +112,35 @@ func Offload(ctx context.Context, store attachment.Store, app string, req *Reque
 	req.Text = fmt.Sprintf("%s\n\n[The message is cut here. The whole message, %d bytes, is attachment %s (%q).]",
 		preview, ref.Size, ref.ID, ref.Name)
 	return true, nil
+}
+
+// UserEventData is the Data of the user's event of a turn whose request carried attachments,
+// as JSON: {"attachments":[{"id":"sha256:...","size":6000000,"name":"log.txt"}]}. The session
+// so keeps the references with the message, for the model's later turns (turn/agent's
+// History lists them) and for audit. Package turn owns the format; UserEvent writes it.
+type UserEventData struct {
+	Attachments []attachment.Ref `json:"attachments,omitempty"`
+}
+
+// UserEvent returns the session event of req's message: Author "user", Text req.Text, and,
+// when req carries attachments, Data a UserEventData listing them.
+func UserEvent(req Request) session.Event {
+	e := session.Event{Author: "user", Text: req.Text}
+	if len(req.Attachments) > 0 {
+		e.Data, _ = json.Marshal(UserEventData{Attachments: req.Attachments}) // strings and numbers
+	}
+	return e
+}
+
+// AttachmentsOf returns the attachment references a user event of UserEvent holds; none for
+// another event.
+func AttachmentsOf(e session.Event) []attachment.Ref {
+	if e.Author != "user" || len(e.Data) == 0 {
+		return nil
+	}
+	var d UserEventData
+	if json.Unmarshal(e.Data, &d) != nil {
+		return nil
+	}
+	return d.Attachments
 }

@@ -126,7 +126,7 @@ func (in SummaryInput) Transcript() string {
 		b.WriteString(cmp.Or(e.Author, "assistant"))
 		b.WriteString(": ")
 		b.WriteString(e.Text)
-		if len(e.Data) > 0 && e.Author != "user" {
+		if len(e.Data) > 0 {
 			b.WriteString(" ")
 			b.Write(e.Data)
 		}

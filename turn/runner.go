@@ -326,7 +326,7 @@ func (r *Runner) runTurn(ctx context.Context, req Request, ikey string, attempt 
 	if compacted { // stored with the turn, in its one atomic append
 		events = append(events, checkpoint)
 	}
-	events = append(events, session.Event{Author: "user", Text: req.Text})
+	events = append(events, UserEvent(req))
 	events = append(events, out.Events...)
 	// Microseconds and UTC, so that the Result built from these events is the same bytes as
 	// one rebuilt later from a SQL store's copy.

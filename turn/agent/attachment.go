@@ -148,17 +148,23 @@ func turnKey(in turn.Input) session.Key {
 // attachments, a note listing them (id, name, media type, size) and, when the Agent has the
 // read_attachment tool, how to read them.
 func (a *Agent) userText(req turn.Request) string {
-	if len(req.Attachments) == 0 {
-		return req.Text
+	_, readable := a.tools[AttachmentToolName]
+	return req.Text + attachmentNote(req.Attachments, readable)
+}
+
+// attachmentNote returns the note that lists a message's attachments (id, name, media type,
+// size) after its text, saying how to read them when readable; "" for none.
+func attachmentNote(refs []attachment.Ref, readable bool) string {
+	if len(refs) == 0 {
+		return ""
 	}
 	var b strings.Builder
-	b.WriteString(req.Text)
 	b.WriteString("\n\n[Attachments of this message")
-	if _, ok := a.tools[AttachmentToolName]; ok {
+	if readable {
 		b.WriteString(", which you can read with the " + AttachmentToolName + " tool, by id and byte range")
 	}
 	b.WriteString(":")
-	for _, r := range req.Attachments {
+	for _, r := range refs {
 		fmt.Fprintf(&b, "\n- %s: %q", r.ID, r.Name)
 		if r.MediaType != "" {
 			b.WriteString(", " + r.MediaType)

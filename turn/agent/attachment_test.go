@@ -79,6 +79,17 @@ func TestAttachmentToolReadsPagesAsSteps(t *testing.T) {
 		}
 	}
 	require.Equal(t, 4, reads, "each read is a journal step")
+
+	// The next turn's history still lists the attachments of the first message: the session
+	// keeps the references with it (turn.UserEvent).
+	p.script = []func(agent.Request) (agent.Reply, error){reply("still here")}
+	next := input("and the second error?").Request
+	next.ConversationID, next.UserID = req.ConversationID, req.UserID
+	_, err = r.Run(ctx, next)
+	require.NoError(t, err)
+	later := p.reqs[len(p.reqs)-1].Messages[0]
+	require.Equal(t, agent.RoleUser, later.Role)
+	require.Equal(t, "what failed?\n\n[Attachments of this message:\n- "+ref.ID+`: "server.log", text/plain, 30000 bytes]`, later.Text)
 }
 
 // Pages never cut a character: a page that would end inside one ends before it, and an

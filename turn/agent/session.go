@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/turnstile-go/turnstile/session"
+	"github.com/turnstile-go/turnstile/turn"
 )
 
 // Authors of the session events the loop writes and reads.
@@ -91,7 +92,8 @@ const missingResult = "error: this call's result is not in the conversation hist
 //     taken from the tool events (ToolEvent) right after it; a call without its result gets
 //     an error result saying so, and a tool event that answers no call of the assistant
 //     message before it (an orphan, as when HistoryLimit cut that message off) is dropped;
-//   - "user" becomes a user message; "assistant" (and "", the Runner's default author) an
+//   - "user" becomes a user message (with the note listing its attachments, when the Runner
+//     stored their references with it: turn.UserEvent); "assistant" (and "", the Runner's default author) an
 //     assistant message; "system" a RoleSystem message;
 //   - any other author, and a host's own "tool" event (without ToolResultData), becomes a
 //     user message "[author] Text", which keeps it in the model's context without giving
@@ -134,7 +136,7 @@ func History(events []session.Event) []Message {
 		}
 		switch e.Author {
 		case AuthorUser:
-			msgs = append(msgs, Message{Role: RoleUser, Text: e.Text})
+			msgs = append(msgs, Message{Role: RoleUser, Text: e.Text + attachmentNote(turn.AttachmentsOf(e), false)})
 		case AuthorAssistant, "":
 			msgs = append(msgs, Message{Role: RoleAssistant, Text: e.Text})
 		case AuthorSystem:
