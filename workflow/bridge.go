@@ -140,36 +140,56 @@ func (b *Bridge) DeadLettered(ctx context.Context, req turn.Request, reason stri
 // maxReasonBytes bounds the reason a dead-letter notice carries into the workflow's history.
 const maxReasonBytes = 4 << 10
 
+// maxBatchSignalBytes bounds the estimated size (payloadSize) of one signal of a batched
+// hand-off: a conversation's requests past it go in further signals, so that a batch keeps the
+// payloads of the workflow's history small (issue 35: under 256 KiB each) whatever the
+// consumer's MaxBatch; a single request larger than it goes alone, within MaxPayloadBytes.
+const maxBatchSignalBytes = 128 << 10
+
 // HandOff hands several requests over with one signal per conversation (a batch), in the order
-// given within each conversation; under HandleBatch each request's envelope carries the trace
-// of its own record's process span (consumer.BatchRequestContext). It returns the first error;
-// conversations handed off before it stay handed off, and handing them off again is harmless
+// given within each conversation; a conversation's requests over maxBatchSignalBytes (128 KiB)
+// go in several signals, one after the other. Under HandleBatch each request's envelope carries
+// the trace of its own record's process span (consumer.BatchRequestContext). It returns the
+// first error; signals sent before it stay handed off, and handing them off again is harmless
 // (the workflow drops duplicates).
 func (b *Bridge) HandOff(ctx context.Context, reqs []turn.Request) error {
+	type batch struct {
+		envs []Envelope
+		size int // payloadSize(envs)
+		last int // the index in reqs of the batch's last request
+	}
 	var order []string
-	byConv := map[string][]Envelope{}
-	last := map[string]int{} // the index of each conversation's last request
+	byConv := map[string][]batch{}
 	for i, req := range reqs {
-		if _, ok := byConv[req.ConversationID]; !ok {
+		env := b.envelope(consumer.BatchRequestContext(ctx, i), req)
+		batches, ok := byConv[req.ConversationID]
+		if !ok {
 			order = append(order, req.ConversationID)
 		}
-		byConv[req.ConversationID] = append(byConv[req.ConversationID], b.envelope(consumer.BatchRequestContext(ctx, i), req))
-		last[req.ConversationID] = i
+		size := payloadSize([]Envelope{env})
+		if n := len(batches); n == 0 || batches[n-1].size+size > maxBatchSignalBytes {
+			batches = append(batches, batch{})
+		}
+		cur := &batches[len(batches)-1]
+		cur.envs, cur.size, cur.last = append(cur.envs, env), cur.size+size, i
+		byConv[req.ConversationID] = batches
 	}
 	for _, conv := range order {
-		// The signal goes under the span of its last request, as its headers do (send).
-		if err := b.send(consumer.BatchRequestContext(ctx, last[conv]), conv, byConv[conv]); err != nil {
-			return err
+		for _, bt := range byConv[conv] {
+			// The signal goes under the span of its last request, as its headers do (send).
+			if err := b.send(consumer.BatchRequestContext(ctx, bt.last), conv, bt.envs); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
 
 // HandleBatch implements consumer.BatchHandler: the records of a conversation waiting in the
-// consumer's window go to the conversation's workflow in one signal (HandOff), and their
-// offsets commit once the server accepted it. A hand-off too large for one signal
-// (MaxPayloadBytes) is refused as permanent, and the consumer then hands the records off one
-// by one. Errors are Handle's.
+// consumer's window go to the conversation's workflow in one signal, or several of at most
+// 128 KiB each (HandOff), and their offsets commit once the server accepted them. A request
+// too large for a signal (MaxPayloadBytes) is refused as permanent, and the consumer then
+// hands the records off one by one. Errors are Handle's.
 func (b *Bridge) HandleBatch(ctx context.Context, reqs []turn.Request) error {
 	return b.HandOff(ctx, reqs)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -101,4 +102,59 @@ func mustJSON(t *testing.T, v any) []byte {
 	data, err := json.Marshal(v)
 	require.NoError(t, err)
 	return data
+}
+
+// signalRecorder is a client.Client that records the SignalWithStartWorkflow calls it gets,
+// for the bridge's unit tests; its other methods are the nil embedded client's (they panic).
+type signalRecorder struct {
+	client.Client
+	mu          sync.Mutex
+	workflowIDs []string
+	batches     []Batch
+}
+
+func (r *signalRecorder) SignalWithStartWorkflow(_ context.Context, workflowID, _ string, arg any, _ client.StartWorkflowOptions, _ any, _ ...any) (client.WorkflowRun, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.workflowIDs = append(r.workflowIDs, workflowID)
+	r.batches = append(r.batches, arg.(Batch))
+	return nil, nil
+}
+
+// A batched hand-off keeps each signal's payload within maxBatchSignalBytes: a conversation's
+// requests past it go in further signals, in order, a request larger than it alone; the
+// conversations go in the order of their first request.
+func TestHandOffSplitsLargeBatches(t *testing.T) {
+	t.Parallel()
+	rec := &signalRecorder{}
+	b, err := NewBridge(rec, BridgeOptions{TaskQueue: "q", IDPrefix: "p-"})
+	require.NoError(t, err)
+	var reqs, long []turn.Request
+	for i := range 10 {
+		r := request("c-long", int64(i+1), strings.Repeat("x", 30<<10))
+		if i == 7 {
+			r.Text = strings.Repeat("y", 200<<10)
+		}
+		long = append(long, r)
+		reqs = append(reqs, r)
+		if i == 1 {
+			reqs = append(reqs, request("c-short", 1, "a"), request("c-short", 2, "b"))
+		}
+	}
+	require.NoError(t, b.HandOff(context.Background(), reqs))
+	require.Equal(t, []string{"p-c-long", "p-c-long", "p-c-long", "p-c-long", "p-c-short"}, rec.workflowIDs)
+	var got []string
+	for i, bt := range rec.batches[:4] {
+		require.LessOrEqual(t, len(mustJSON(t, bt)), max(maxBatchSignalBytes, 201<<10), "signal %d", i)
+		for _, e := range bt.Envelopes {
+			got = append(got, e.Request.ID)
+		}
+	}
+	require.Len(t, rec.batches[2].Envelopes, 1, "the 200 KiB request goes alone")
+	want := make([]string, len(long))
+	for i, r := range long {
+		want[i] = r.ID
+	}
+	require.Equal(t, want, got, "one conversation's requests in order over its signals")
+	require.Len(t, rec.batches[4].Envelopes, 2)
 }

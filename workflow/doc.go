@@ -9,8 +9,9 @@
 // the conversation id, and returns once the server accepted the signal, so the record's offset
 // commits after a durable hand-off (transport progress). The Bridge is a
 // consumer.BatchHandler: with consumer.Config.MaxBatch above 1 (the default is 1, off), a
-// conversation's records waiting in the consumer's window go in one signal, which hands off
-// about 4 times as many records per second as one signal each (BENCHMARKS.md, which also
+// conversation's records waiting in the consumer's window go in one signal (several of at most
+// 128 KiB each when they are larger), which hands off about 4 times as many records per second
+// as one signal each (BENCHMARKS.md, which also
 // says why batching is off by default). The conversation workflow then decides
 // when the request is applied (semantic progress): one at a time, in Sequence order when the
 // producer sets one (a gap holds the later requests), in arrival order otherwise, dropping

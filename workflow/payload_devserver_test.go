@@ -123,7 +123,11 @@ func TestDevServerLargeTextPayloads(t *testing.T) {
 	big := marker + strings.Repeat(" a pasted log line", 200<<10/18)
 	sent := []turn.Request{request(conv, 1, marker+" first"), request(conv, 2, big), request(conv, 3, marker+" third")}
 	ctx := context.Background()
-	require.NoError(t, b.HandOff(ctx, sent))
+	// The large one and the third wait at the gap of the first, then travel across the
+	// continue-as-new that follows the first turn.
+	require.NoError(t, b.HandOff(ctx, sent[1:]))
+	waitStatus(t, s, b, conv, func(st Status) bool { return st.Pending == 2 })
+	require.NoError(t, b.HandOff(ctx, sent[:1]))
 	s.waitApplied(b, conv, 3)
 	require.Eventually(t, func() bool {
 		st, err := s.status(ctx, b, conv)
