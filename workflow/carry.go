@@ -49,14 +49,17 @@ const carryChunkBytes = 128 << 10
 // an error and goes on; sequenced ones can be re-sent from the Ledger by Reconcile.
 var ErrOverflowMissing = errors.New("workflow: overflow: the requests asked for are not stored")
 
-// OverflowStore keeps the part of a conversation's pending requests that a run did not carry
-// into its continue-as-new input, because the input would have passed Config.MaxCarriedBytes
-// (the server refuses a payload over 2 MB, limit.blobSize.error, and so a continue-as-new
-// whose input is larger). The requests wait there under consecutive positions of the
+// OverflowStore keeps the pending requests of a conversation that a run does not carry in its
+// continue-as-new input: all of them, so that the input holds ids and counters, never a
+// request's text (versionCarryReferences), or, in runs recorded before, those past
+// Config.MaxCarriedBytes (the server refuses a payload over 2 MB, limit.blobSize.error, and so
+// a continue-as-new whose input is larger). The requests wait there under consecutive positions of the
 // conversation's queue, and the next run loads them back, oldest first, when the requests it
 // holds in memory have nothing to apply. SQLLedger and MemoryLedger implement it; the workers
 // use WorkerOptions.States when it is one. Without one, the whole backlog travels in the
-// input, as it did before.
+// input, as it did before. Both forget a conversation's overflow when they save a State with
+// nothing pending (SaveState, as a run ends idle: every row left is one a run loaded), so
+// that the texts of loaded requests do not stay behind.
 type OverflowStore interface {
 	// SaveOverflow stores envs at positions from, from+1, ... of the conversation's queue,
 	// replacing what is there (a retried activity stores the same again).
@@ -187,6 +190,10 @@ func (c *conversation) dedupNewer(loaded, newer []Envelope) []Envelope {
 		return ok
 	})
 }
+
+// nothingPending reports whether st holds no pending request, in its input or in an
+// OverflowStore: a run that ends idle saves such a State.
+func nothingPending(st State) bool { return len(st.Pending) == 0 && st.Overflow == 0 }
 
 // envelopeSize is the encoded size of env in the continue-as-new input.
 func envelopeSize(env Envelope) int {

@@ -298,3 +298,29 @@ func (s *stack) continuedInputs(workflowID string) []continuedInput {
 		}
 	}
 }
+
+// A store forgets a conversation's overflow when it saves a State with nothing pending (a run
+// that ends idle: every row left is one a run loaded), and keeps it otherwise.
+func TestSaveStateForgetsLoadedOverflow(t *testing.T) {
+	t.Parallel()
+	for name, open := range ledgerOpeners() {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			l := open(t)
+			states, overflow := l.(StateStore), l.(OverflowStore)
+			ctx := context.Background()
+			for _, conv := range []string{"c-idle", "c-other"} {
+				require.NoError(t, overflow.SaveOverflow(ctx, conv, 0, []Envelope{{Request: request(conv, 1, "a")}, {Request: request(conv, 2, "b")}}))
+			}
+			require.NoError(t, states.SaveState(ctx, State{ConversationID: "c-idle", Overflow: 1, OverflowFrom: 1}))
+			_, err := overflow.LoadOverflow(ctx, "c-idle", 1, 1, 1<<20)
+			require.NoError(t, err, "a State with requests waiting keeps them")
+			require.NoError(t, states.SaveState(ctx, State{ConversationID: "c-idle", NextSequence: 3, OverflowFrom: 2}))
+			_, err = overflow.LoadOverflow(ctx, "c-idle", 1, 1, 1<<20)
+			require.ErrorIs(t, err, ErrOverflowMissing, "nothing pending: the loaded rows are forgotten")
+			got, err := overflow.LoadOverflow(ctx, "c-other", 0, 2, 1<<20)
+			require.NoError(t, err)
+			require.Len(t, got, 2, "another conversation's overflow stays")
+		})
+	}
+}

@@ -46,6 +46,9 @@ func (l *MemoryLedger) SaveState(_ context.Context, st State) error {
 		l.states = map[string]State{}
 	}
 	l.states[st.ConversationID] = st
+	if nothingPending(st) {
+		delete(l.overflow, st.ConversationID)
+	}
 	return nil
 }
 

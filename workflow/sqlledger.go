@@ -184,7 +184,20 @@ func (l *SQLLedger) SaveState(ctx context.Context, st State) error {
 	q := l.d.Query(`INSERT INTO {p}conversation_states (conversation_id, state, saved_at, user_id) VALUES ($1, $2, $3, $4)
 		ON CONFLICT (conversation_id) DO UPDATE SET state = excluded.state, saved_at = excluded.saved_at, user_id = excluded.user_id`)
 	return l.d.Write(ctx, l.db, func() error {
-		if _, err := l.db.ExecContext(ctx, q, st.ConversationID, data, l.d.Time(time.Now()), st.UserID); err != nil {
+		tx, err := l.db.BeginTx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("workflow: ledger: save state of %s: %w", st.ConversationID, sqldialect.ClassifyContext(ctx, err))
+		}
+		defer func() { _ = tx.Rollback() }()
+		if _, err := tx.ExecContext(ctx, q, st.ConversationID, data, l.d.Time(time.Now()), st.UserID); err != nil {
+			return fmt.Errorf("workflow: ledger: save state of %s: %w", st.ConversationID, sqldialect.ClassifyContext(ctx, err))
+		}
+		if nothingPending(st) {
+			if _, err := tx.ExecContext(ctx, l.d.Query(`DELETE FROM {p}overflow WHERE conversation_id = $1`), st.ConversationID); err != nil {
+				return fmt.Errorf("workflow: ledger: forget the overflow of %s: %w", st.ConversationID, sqldialect.ClassifyContext(ctx, err))
+			}
+		}
+		if err := tx.Commit(); err != nil {
 			return fmt.Errorf("workflow: ledger: save state of %s: %w", st.ConversationID, sqldialect.ClassifyContext(ctx, err))
 		}
 		return nil
