@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"image/color"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
 )
 
 // inputSeries is what measureInput found for one strategy: each turn's input stats, by turn
@@ -137,19 +140,62 @@ func group(n int) string {
 }
 
 // writeInputPlot writes the plot of the series to path (a .png or .svg): each turn's largest
-// model request in tokens, one line per strategy.
+// model request in tokens, one line per strategy; above at full scale, below zoomed on the
+// bounded strategies.
 func writeInputPlot(series []inputSeries, path string) error {
-	if !strings.HasSuffix(path, ".png") && !strings.HasSuffix(path, ".svg") {
+	format := strings.TrimPrefix(filepath.Ext(path), ".")
+	if format != "png" && format != "svg" {
 		return fmt.Errorf("plot %q: want a .png or .svg file", path)
 	}
+	full, err := inputPlot(series, fmt.Sprintf("Model input per turn, a %s-turn conversation with tool calls", group(len(series[0].Turns))))
+	if err != nil {
+		return err
+	}
+	zoomed, err := inputPlot(series, "The same, zoomed on the bounded strategies")
+	if err != nil {
+		return err
+	}
+	bounded := 0
+	for _, s := range series {
+		if s.Strategy != whole {
+			for _, st := range s.Turns {
+				bounded = max(bounded, st.Tokens)
+			}
+		}
+	}
+	zoomed.Y.Max = float64(bounded) * 1.6
+	zoomed.Legend.Left = false
+	c, err := draw.NewFormattedCanvas(9*vg.Inch, 9*vg.Inch, format)
+	if err != nil {
+		return err
+	}
+	dc := draw.New(c)
+	canvases := plot.Align([][]*plot.Plot{{full}, {zoomed}}, draw.Tiles{Rows: 2, Cols: 1, PadY: vg.Points(12)}, dc)
+	full.Draw(canvases[0][0])
+	zoomed.Draw(canvases[1][0])
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := c.WriteTo(f); err != nil {
+		f.Close()
+		return fmt.Errorf("write the plot %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// inputPlot returns a plot of the series with its title.
+func inputPlot(series []inputSeries, title string) (*plot.Plot, error) {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("Model input per turn, a %s-turn conversation with tool calls", group(len(series[0].Turns)))
+	p.Title.Text = title
 	p.X.Label.Text = "turn"
 	p.Y.Label.Text = "tokens of the turn's largest model request (o200k)"
 	p.Y.Min = 0
 	p.Y.Tick.Marker = groupedTicks{}
+	p.X.Tick.Marker = groupedTicks{}
 	p.Add(plotter.NewGrid())
 	p.Legend.Top, p.Legend.Left = true, true
+	p.BackgroundColor = color.White
 	for k, s := range series {
 		xys := make(plotter.XYs, len(s.Turns))
 		for i, st := range s.Turns {
@@ -157,7 +203,7 @@ func writeInputPlot(series []inputSeries, path string) error {
 		}
 		line, err := plotter.NewLine(xys)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		line.Color = plotutil.Color(k)
 		line.Width = vg.Points(1.5)
@@ -167,11 +213,7 @@ func writeInputPlot(series []inputSeries, path string) error {
 		p.Add(line)
 		p.Legend.Add(legend(s), line)
 	}
-	p.BackgroundColor = color.White
-	if err := p.Save(9*vg.Inch, 5.5*vg.Inch, path); err != nil {
-		return fmt.Errorf("write the plot %s: %w", path, err)
-	}
-	return nil
+	return p, nil
 }
 
 // groupedTicks are plot.DefaultTicks labelled as whole numbers with commas.
