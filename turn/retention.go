@@ -90,7 +90,9 @@ type Deleted struct {
 
 // NewRetention returns the Retention of r's stores with the default horizons: App, Inbox,
 // Sessions when r.Sessions is a session.Retention, Attachments when r.Attachments is an
-// attachment.Retention.
+// attachment.Retention. Stores wrapped by turn/turnotel still purge and delete by
+// age, but DeleteUser refuses them (see DeleteUser): for it, build the Retention from the
+// stores themselves.
 func NewRetention(r *Runner) Retention {
 	ret := Retention{App: r.App, Inbox: r.Inbox}
 	ret.Sessions, _ = r.Sessions.(session.Retention)
@@ -227,7 +229,8 @@ func (r Retention) Schedule(ctx context.Context) error {
 //
 // Errors: an empty user; an Inbox that is not an inbox.Eraser, or one set with Sessions that
 // is nil or not a session.UserLister (nothing is deleted then: check the stores with a user
-// of no data); the stores'.
+// of no data). turn/turnotel's wrappers have neither interface: give Retention the stores
+// themselves, not the Runner's wrapped ones. Then the stores' errors.
 func (r Retention) DeleteUser(ctx context.Context, user string) (Deleted, error) {
 	var d Deleted
 	if user == "" {
@@ -237,11 +240,11 @@ func (r Retention) DeleteUser(ctx context.Context, user string) (Deleted, error)
 	if r.Inbox != nil {
 		eraser, ok := r.Inbox.(inbox.Eraser)
 		if !ok {
-			return d, fmt.Errorf("turn: Retention.DeleteUser: the inbox (%T) is not an inbox.Eraser: the user's entries would stay until the purge", r.Inbox)
+			return d, fmt.Errorf("turn: Retention.DeleteUser: the inbox (%T) is not an inbox.Eraser: the user's entries would stay until the purge (a turnotel wrapper hides it: give Retention the inbox itself)", r.Inbox)
 		}
 		lister, ok := r.Sessions.(session.UserLister)
 		if !ok {
-			return d, fmt.Errorf("turn: Retention.DeleteUser: the sessions (%T) are not a session.UserLister: the user's conversations, and so their inbox entries, cannot be found", r.Sessions)
+			return d, fmt.Errorf("turn: Retention.DeleteUser: the sessions (%T) are not a session.UserLister: the user's conversations, and so their inbox entries, cannot be found (a turnotel wrapper hides it: give Retention the store itself)", r.Sessions)
 		}
 		keys, err := lister.UserSessions(ctx, app, user)
 		if err != nil {
