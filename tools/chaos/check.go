@@ -68,6 +68,10 @@ type Figures struct {
 	CompactionRuns      int
 	ExtraCompactionRuns int
 	CompactionProblems  int
+	// CompactedReruns counts the turns stored with a checkpoint whose request was delivered
+	// more than once (a kill, SIGTERM, revoke or failure met the turn): each took its
+	// compaction from the journal or, cut before the record, ran it again (an extra run).
+	CompactedReruns int
 	// EmailsWithoutCommit counts the email rows of a request with no turn in its session
 	// (an intent of a turn that never committed was delivered); CommittedWithoutEmail the
 	// committed turns of valid requests with no email; DeadIntents the intents the relays
@@ -107,12 +111,12 @@ func (f *Figures) Line() string {
 		temporal = fmt.Sprintf(" workers=%d worker_kills=%d server_restarts=%d batches=%d", f.Workers, f.WorkerKills, f.ServerRestarts, f.Batches)
 	}
 	return fmt.Sprintf("cell=%s requests=%d conversations=%d invalid=%d poison=%d strangers=%d panics=%d limited=%d members=%d%s kills=%d sigterms=%d db_kills=%d (connections=%d) restarts=%d bursts=%d poison_crashes=%d member_failures=%d "+
-		"results=%d turns=%d refunds=%d refund_calls=%d model_steps=%d extra_model_steps=%d (bound %d) compactions=%d compaction_runs=%d extra_compaction_runs=%d compaction_problems=%d emails=%d email_redeliveries=%d "+
+		"results=%d turns=%d refunds=%d refund_calls=%d model_steps=%d extra_model_steps=%d (bound %d) compactions=%d compaction_runs=%d extra_compaction_runs=%d compaction_problems=%d compacted_reruns=%d emails=%d email_redeliveries=%d "+
 		"emails_without_commit=%d committed_without_email=%d dead_intents=%d pending_intents=%d "+
 		"lost=%d duplicate_turns=%d order_violations=%d context_misses=%d duplicate_side_effects=%d dead_letters=%d valid_dead_letters=%d no_outcome=%d duplicate_results=%d other_failures=%d elapsed=%s seed=%d",
 		f.Cell, f.Requests, f.Conversations, f.Invalid, f.Poison, f.Strangers, f.Panics, f.Limited, f.Members, temporal, f.Kills, f.Terms, f.DBKills, f.ConnsKilled, f.Restarts, f.Bursts, f.Crashes, f.MemberFails,
 		f.ResultRecords, f.Turns, f.Refunds, f.RefundCalls, f.ModelSteps, f.ExtraModelSteps, f.ExtraBound(),
-		f.Compactions, f.CompactionRuns, f.ExtraCompactionRuns, f.CompactionProblems, f.Emails, f.EmailRedeliveries,
+		f.Compactions, f.CompactionRuns, f.ExtraCompactionRuns, f.CompactionProblems, f.CompactedReruns, f.Emails, f.EmailRedeliveries,
 		f.EmailsWithoutCommit, f.CommittedWithoutEmail, f.DeadIntents, f.PendingIntents,
 		f.Lost, f.DuplicateTurns, f.OrderViolations, f.ContextMisses, f.DuplicateSideEffects, f.DeadLetters, f.ValidDeadLetters, f.NoOutcome, f.DuplicateResults, f.Other,
 		f.Elapsed.Round(100*time.Millisecond), f.Seed)
@@ -344,13 +348,14 @@ type tables struct {
 	refundCalls int             // calls the refund service took
 	steps       map[stepRun]int // model step -> executions
 	compactions map[stepRun]int // compaction step -> executions
+	deliveries  map[string]int  // request id -> its deliveries, when more than one
 	emails      map[string]int  // request id -> email rows
 	emailCalls  int             // calls the email service took
 	deadIntents []string        // ids of the buried intents, with their reasons
 }
 
 func newTables() *tables {
-	return &tables{refunds: map[string]int{}, steps: map[stepRun]int{}, compactions: map[stepRun]int{}, emails: map[string]int{}}
+	return &tables{refunds: map[string]int{}, steps: map[stepRun]int{}, compactions: map[stepRun]int{}, deliveries: map[string]int{}, emails: map[string]int{}}
 }
 
 // readTables reads the refund, email and step tables and the buried intents with plain SQL.
@@ -397,6 +402,10 @@ func readTables(ctx context.Context, db *sql.DB, prefix string) (*tables, error)
 		}},
 		{"model steps", `SELECT request_id || '#' || ordinal, runs FROM ` + prefix + `chaos_steps`, stepRow(tb.steps)},
 		{"compactions", `SELECT request_id || '#' || ordinal, runs FROM ` + prefix + `chaos_compactions`, stepRow(tb.compactions)},
+		// The inbox's key is the request id, "/" and a hash of its scope.
+		{"deliveries", `SELECT split_part(request_id, '/', 1), deliveries FROM ` + prefix + `inbox WHERE deliveries > 1`, func(id string, n int) {
+			tb.deliveries[id] = n
+		}},
 		{"buried intents", `SELECT id || ': ' || reason, attempts FROM ` + prefix + `outbox WHERE status = 'dead' ORDER BY id`, func(id string, n int) {
 			tb.deadIntents = append(tb.deadIntents, fmt.Sprintf("%s (%d attempts)", id, n))
 		}},
@@ -417,6 +426,12 @@ func judge(w *workload, o *outcomes, events []turnRow, tb *tables, committed boo
 	var extra, noSteps, emailNoCommit, commitNoEmail, deadIntents, pending, compaction problems
 	turns, replies := histories(events, w, &order, &miss, &foreign)
 	compacted := checkCompactions(events, tb, &compaction, f)
+	f.CompactedReruns = 0
+	for id := range compacted {
+		if tb.deliveries[id] > 1 {
+			f.CompactedReruns++
+		}
+	}
 	for id, n := range turns {
 		f.Turns += n
 		if n > 1 {

@@ -146,6 +146,10 @@ func TestJudgePassesARunThatServedEverything(t *testing.T) {
 	require.Equal(t, 8, f.CompactionRuns)
 	require.Zero(t, f.ExtraCompactionRuns)
 	require.Zero(t, f.CompactionProblems)
+	require.Zero(t, f.CompactedReruns)
+	s.tb.deliveries[s.events[s.checkpoints()[1]].requestID] = 2
+	s.tb.deliveries[s.validIDs()[0]] = 3 // a turn that did not compact
+	require.Equal(t, 1, s.judge().CompactedReruns)
 	for _, k := range kinds {
 		require.Positive(t, s.w.count(k), "the workload has a record of kind %s", k)
 	}
@@ -388,7 +392,7 @@ func TestJudgeAllowsWhatTheFaultsExplain(t *testing.T) {
 	require.Equal(t, 84, f.ModelSteps)
 	require.Equal(t, 9, f.CompactionRuns)
 	require.Equal(t, 3, f.EmailRedeliveries)
-	require.Contains(t, f.Line(), "extra_model_steps=4 (bound 5) compactions=8 compaction_runs=9 extra_compaction_runs=1 compaction_problems=0")
+	require.Contains(t, f.Line(), "extra_model_steps=4 (bound 5) compactions=8 compaction_runs=9 extra_compaction_runs=1 compaction_problems=0 compacted_reruns=0")
 	require.Contains(t, f.Line(), "email_redeliveries=3")
 }
 

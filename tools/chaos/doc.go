@@ -110,7 +110,9 @@
 //     checkpoint whose compaction no execution counted, and more events after the latest
 //     checkpoint's range than the Runner lets the model see before it compacts, plus the
 //     last turn's (an event left uncovered: a lost checkpoint shows so); compactions run
-//     again count with the extra model steps against the same bound;
+//     again count with the extra model steps against the same bound, and the compacted
+//     turns delivered more than once (Figures.CompactedReruns, reported) are those a fault
+//     met after their compaction could have run;
 //   - emails without a commit: an email row of a request with no turn in its session (an
 //     intent of a turn that never committed was delivered: a dead-lettered, invalid, poison
 //     or panicking request, the panicking store's after it deferred its email);

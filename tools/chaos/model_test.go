@@ -94,6 +94,8 @@ func TestModelCompactsOnceAJournaledStep(t *testing.T) {
 	tb, err := readTables(ctx, db, prefix)
 	require.NoError(t, err)
 	require.Equal(t, map[stepRun]int{{ids[4], 1}: 1, {ids[7], 1}: 1}, tb.compactions, "one execution per compaction: the second attempt took it from the journal")
+	require.Len(t, tb.deliveries, 8, "every request delivered twice")
+	require.Equal(t, 2, tb.deliveries[ids[4]])
 	var bad problems
 	f := &Figures{}
 	compacted := checkCompactions(events, tb, &bad, f)
