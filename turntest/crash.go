@@ -265,12 +265,11 @@ func CheckCrashes(t testing.TB, cfg CrashConfig) []CrashReport {
 
 // Crashes runs cfg's requests through a turn.Runner on memory stores once per crash point
 // (CrashPointsFor(cfg.Steps)), each with stores and an Effects of its own, after cfg.History
-// (delivered once, no crash): every request's first delivery
-// dies at the point (from then on that process writes nothing: no store call of it lands),
-// and the request is delivered again to a fresh Runner and model, as Kafka redelivers after a
-// crash. AfterPublish delivers a request that completed once more. It reports, per point,
-// the side effects that happened more than once and any other broken guarantee. Errors: an
-// invalid cfg.
+// (delivered once, no crash): every request's first delivery dies at the point (from then on
+// that process writes nothing: no store call of it lands), and the request is delivered again
+// to a fresh Runner and model, as Kafka redelivers after a crash. AfterPublish delivers a
+// request that completed once more. It reports, per point, the side effects that happened
+// more than once and any other broken guarantee. Errors: an invalid cfg.
 func Crashes(ctx context.Context, cfg CrashConfig) ([]CrashReport, error) {
 	if cfg.NewModel == nil {
 		return nil, errors.New("turntest: CrashConfig.NewModel is nil")
