@@ -197,6 +197,10 @@ func TestDevServerLargeContextSmallHistory(t *testing.T) {
 	var mu sync.Mutex
 	var contextSeen []int
 	s.startWorker(func(o *WorkerOptions) {
+		// Room in the model's input for the whole context (about 1.5 million tokens by the
+		// Runner's estimate), so that no compaction folds it: the history stays small however
+		// much the model sees.
+		o.Runner.ContextBudget = 4 << 20
 		o.Runner.Model = turn.ModelFunc(func(_ context.Context, in turn.Input) (turn.Output, error) {
 			size := 0
 			for _, e := range in.Session.Events {
