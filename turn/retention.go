@@ -229,8 +229,8 @@ func (r Retention) Schedule(ctx context.Context) error {
 //
 // Errors: an empty user; an Inbox that is not an inbox.Eraser, or one set with Sessions that
 // is nil or not a session.UserLister (nothing is deleted then: check the stores with a user
-// of no data). turn/turnotel's wrappers have neither interface: give Retention the stores
-// themselves, not the Runner's wrapped ones. Then the stores' errors.
+// of no data); a store that wraps another (turn/turnotel's, through an Unwrap method) is
+// looked through for them, and their calls are not traced. Then the stores' errors.
 func (r Retention) DeleteUser(ctx context.Context, user string) (Deleted, error) {
 	var d Deleted
 	if user == "" {
@@ -238,13 +238,13 @@ func (r Retention) DeleteUser(ctx context.Context, user string) (Deleted, error)
 	}
 	app := r.app()
 	if r.Inbox != nil {
-		eraser, ok := r.Inbox.(inbox.Eraser)
+		eraser, ok := unwrapAs[inbox.Eraser](r.Inbox)
 		if !ok {
-			return d, fmt.Errorf("turn: Retention.DeleteUser: the inbox (%T) is not an inbox.Eraser: the user's entries would stay until the purge (a turnotel wrapper hides it: give Retention the inbox itself)", r.Inbox)
+			return d, fmt.Errorf("turn: Retention.DeleteUser: the inbox (%T) is not an inbox.Eraser: the user's entries would stay until the purge", r.Inbox)
 		}
-		lister, ok := r.Sessions.(session.UserLister)
+		lister, ok := unwrapAs[session.UserLister](r.Sessions)
 		if !ok {
-			return d, fmt.Errorf("turn: Retention.DeleteUser: the sessions (%T) are not a session.UserLister: the user's conversations, and so their inbox entries, cannot be found (a turnotel wrapper hides it: give Retention the store itself)", r.Sessions)
+			return d, fmt.Errorf("turn: Retention.DeleteUser: the sessions (%T) are not a session.UserLister: the user's conversations, and so their inbox entries, cannot be found", r.Sessions)
 		}
 		keys, err := lister.UserSessions(ctx, app, user)
 		if err != nil {
@@ -279,6 +279,26 @@ func (r Retention) DeleteUser(ctx context.Context, user string) (Deleted, error)
 		}
 	}
 	return d, nil
+}
+
+// unwrapAs returns v as a T, or the store it wraps (a decorator's Unwrap method returning a
+// session.Store or an inbox.Inbox, as turn/turnotel's wrappers have) as one, outermost first.
+func unwrapAs[T any](v any) (T, bool) {
+	for v != nil {
+		if t, ok := v.(T); ok {
+			return t, true
+		}
+		switch w := v.(type) {
+		case interface{ Unwrap() session.Store }:
+			v = w.Unwrap()
+		case interface{ Unwrap() inbox.Inbox }:
+			v = w.Unwrap()
+		default:
+			v = nil
+		}
+	}
+	var zero T
+	return zero, false
 }
 
 // inboxKeySuffix returns what every inbox key (InboxKey) of a request of (app, user,

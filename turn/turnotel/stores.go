@@ -199,6 +199,10 @@ type inboxes struct {
 	tracer trace.Tracer
 }
 
+// Unwrap returns the wrapped Inbox, for a caller that needs an optional interface the
+// wrapper does not trace (turn.Retention.DeleteUser's inbox.Eraser).
+func (b *inboxes) Unwrap() inbox.Inbox { return b.ib }
+
 func (b *inboxes) Begin(ctx context.Context, d inbox.Delivery) (inbox.Entry, error) {
 	ctx, span := start(ctx, b.tracer, "inbox.Begin")
 	e, err := b.ib.Begin(ctx, d)

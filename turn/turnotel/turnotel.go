@@ -259,6 +259,10 @@ type sessions struct {
 	tracer trace.Tracer
 }
 
+// Unwrap returns the wrapped Store, for a caller that needs an optional interface the
+// wrapper does not trace (turn.Retention.DeleteUser's session.UserLister).
+func (s *sessions) Unwrap() session.Store { return s.s }
+
 func (s *sessions) Get(ctx context.Context, key session.Key, recent int) (session.Session, error) {
 	ctx, span := start(ctx, s.tracer, "session.Get")
 	v, err := s.s.Get(ctx, key, recent)

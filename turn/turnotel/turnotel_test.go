@@ -136,3 +136,21 @@ func TestWrappedSessionsKeepRetention(t *testing.T) {
 
 // noRetention is a Store without session.Retention.
 type noRetention struct{ session.Store }
+
+// A Runner wrapped for tracing still erases a user: turn.Retention.DeleteUser looks through
+// the wrappers (Unwrap) for the inbox's Eraser and the sessions' UserLister.
+func TestRetentionDeleteUserThroughWrappers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := turnotel.Runner(&turn.Runner{Model: turn.ModelFunc(func(context.Context, turn.Input) (turn.Output, error) {
+		return turn.Output{Events: []session.Event{{Text: "ok"}}}, nil
+	}), Sessions: session.NewMemoryStore(), Inbox: inbox.NewMemoryInbox()}, turnotel.Options{TracerProvider: sdktrace.NewTracerProvider()})
+	req := turn.Request{Schema: turn.SchemaVersion, ID: uuid.NewString(), ConversationID: "c-1", UserID: "u-1", Text: "hi"}
+	_, err := r.Run(ctx, req)
+	require.NoError(t, err)
+	d, err := turn.NewRetention(r).DeleteUser(ctx, "u-1")
+	require.NoError(t, err)
+	require.Equal(t, turn.Deleted{Inbox: 1, Sessions: 1}, d)
+	_, err = r.Inbox.Get(ctx, r.InboxKey(req))
+	require.ErrorIs(t, err, inbox.ErrNotFound)
+}
