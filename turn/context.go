@@ -104,9 +104,10 @@ type SummaryInput struct {
 }
 
 // Transcript renders the previous summary and the events as the text a summarizing model
-// reads (its user message), one line per event: "[seq N] author: text", with a tool call's
-// or output's Data after its text. Both shipped summarizers (the default one and
-// turn/agent's) send it, so that a summary reads the same whatever writes it.
+// reads (its user message), one line per event: "[seq N] author: text", with the Data of an
+// event without text (a tool call) or of a user message (its attachments) after it. Both
+// shipped summarizers (the default one and turn/agent's) send it, so that a summary reads
+// the same whatever writes it.
 func (in SummaryInput) Transcript() string {
 	var b strings.Builder
 	if in.Previous != "" {
@@ -126,7 +127,9 @@ func (in SummaryInput) Transcript() string {
 		b.WriteString(cmp.Or(e.Author, "assistant"))
 		b.WriteString(": ")
 		b.WriteString(e.Text)
-		if len(e.Data) > 0 {
+		// Data is what an event without text says (a tool call), or a user message's
+		// attachments; a final answer's Data is the provider's metadata, noise to a summary.
+		if len(e.Data) > 0 && (e.Text == "" || e.Author == "user") {
 			b.WriteString(" ")
 			b.Write(e.Data)
 		}

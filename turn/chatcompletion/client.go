@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/shared"
@@ -126,6 +127,7 @@ type Client struct {
 	loop        *agent.Agent
 	codecOnce   sync.Once
 	tokens      tokenizer.Codec // Config.Model's tokenizer, nil when tiktoken has none
+	counted     *lru.Cache[tokenKey, int]
 }
 
 var (
