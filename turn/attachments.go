@@ -66,9 +66,12 @@ func (r *Runner) checkAttachments(ctx context.Context, req Request) error {
 	return nil
 }
 
-// DefaultOffloadBytes is Offload's threshold when it is given none: a text over 64 KiB goes to
-// the attachment store.
-const DefaultOffloadBytes = 64 << 10
+// DefaultOffloadBytes is Offload's threshold when it is given none: a text over 16 KiB goes to
+// the attachment store. A request's text must fit three eighths of the Runner's context
+// budget (half, less a summary's eighth: ErrOverBudget), about 12,000 tokens at
+// DefaultContextBudget, which EstimateTokens reaches at 36 KB and a dense text sooner; 16 KiB
+// keeps a request well inside it.
+const DefaultOffloadBytes = 16 << 10
 
 // offloadPreviewBytes bounds the beginning of an offloaded text that stays in Request.Text.
 const offloadPreviewBytes = 1 << 10
