@@ -61,6 +61,7 @@ func TestSessionDeleteDeletesAttachments(t *testing.T) {
 
 			out := ok(t, append([]string{"session", "delete", "--user=u-1", "--attachments-dir=" + dir}, flags...)...)
 			require.Contains(t, out, "deleted 1 sessions of user u-1 in app turnstile")
+			require.Contains(t, out, "deleted 0 inbox entries and outbox intents of user u-1 in app turnstile")
 			require.Contains(t, out, "deleted 1 attachments of user u-1 in app turnstile from the database")
 			require.Contains(t, out, "deleted 1 attachments of user u-1 in app turnstile from "+dir)
 			for _, s := range stores {

@@ -67,6 +67,8 @@ idle for longer than --idle-for. A later request of a deleted session starts a f
 --dry-run lists the sessions it would delete (at most 1000; --json for JSON) and deletes
 nothing.
 
+A user's deletion also deletes the inbox entries of the user's conversations (their results
+and step journals) and their outbox intents, pending ones too (turn.Retention.DeleteUser).
 A user's deletion, and --idle-for, also delete the user's attachments (those last put longer
 ago than --idle-for) from the attachment store in the database (its tables, when turnstile
 migrate made them) and, with --attachments-dir, from a service's filesystem store there.
@@ -405,7 +407,7 @@ func sessionDelete(ctx context.Context, e *env, args []string) error {
 	case *attachmentsDir != "" && *conv != "":
 		return usagef("--attachments-dir goes with --user alone or --idle-for: attachments belong to a user, not a conversation")
 	}
-	ctx, ss, _, done, err := f.open(ctx)
+	ctx, ss, ib, done, err := f.open(ctx)
 	if err != nil {
 		return err
 	}
@@ -439,11 +441,13 @@ func sessionDelete(ctx context.Context, e *env, args []string) error {
 		if err := deleteUserWorkflows(ctx, e, f, *user, ids); err != nil {
 			return err
 		}
-		n, err := ss.DeleteUser(ctx, *f.app, *user)
+		// The inbox entries first (found through the sessions), then the sessions.
+		d, err := turn.Retention{App: *f.app, Inbox: ib, Sessions: ss}.DeleteUser(ctx, *user)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(e.stdout, "deleted %d sessions of user %s in app %s\n", n, *user, *f.app)
+		fmt.Fprintf(e.stdout, "deleted %d sessions of user %s in app %s\n", d.Sessions, *user, *f.app)
+		fmt.Fprintf(e.stdout, "deleted %d inbox entries and outbox intents of user %s in app %s (results, step journals)\n", d.Inbox, *user, *f.app)
 		return deleteAttachments(ctx, e, f, ss.TxDB(), *attachmentsDir, fmt.Sprintf("of user %s in app %s", *user, *f.app),
 			func(ctx context.Context, s attachment.Retention) (int64, error) {
 				return s.DeleteUser(ctx, *f.app, *user)
