@@ -100,11 +100,12 @@ func TestStoredBytes(t *testing.T) {
 // BenchmarkCompaction measures the amortized cost of compaction per turn: three conversations
 // of b.N turns through turn.Runner and turn/agent with a scripted in-process model on the
 // memory stores, one turn of each in turn (the order rotating), under the three strategies.
-// The Runner and the Agent count tokens with tiktoken's o200k_base, uncached, as
-// turn/chatcompletion counts them (count=tiktoken), or with turn.EstimateTokens, as for
-// turn/anthropic (count=estimate); the input tokens reported are o200k's. Metrics: each strategy's wall time per turn and model input tokens per turn (the
-// turn's largest request), the compaction's summarizer calls and summarizer input tokens per
-// turn, and the ratios of wall time compaction/window50 and compaction/whole.
+// The Runner and the Agent count tokens with tiktoken's o200k_base through a cache by text,
+// as turn/chatcompletion counts them (count=tiktoken), or with turn.EstimateTokens, as for
+// turn/anthropic (count=estimate); the input tokens reported are o200k's. Metrics: each
+// strategy's wall time per turn and model input tokens per turn (the turn's largest
+// request), the compaction's summarizer calls and summarizer input tokens per turn, and the
+// ratios of wall time compaction/window50 and compaction/whole.
 //
 //	go test -run '^$' -bench BenchmarkCompaction -benchtime 1000x ./tools/contextbench/
 func BenchmarkCompaction(b *testing.B) {
@@ -117,7 +118,7 @@ func benchmarkCompaction(b *testing.B, estimate bool) {
 	ctx := context.Background()
 	convs := make([]*conversation, len(strategies))
 	for k, s := range strategies {
-		c, err := newConversation(s, conversationOptions{EstimateTokens: estimate})
+		c, err := newConversation(s, conversationOptions{EstimateTokens: estimate, CacheTokens: !estimate})
 		if err != nil {
 			b.Fatal(err)
 		}

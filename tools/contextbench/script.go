@@ -412,8 +412,8 @@ type conversationOptions struct {
 	Budget int
 	// OverHTTP calls the model through turn/chatcompletion and a local server.
 	OverHTTP bool
-	// CacheTokens caches the Runner's token counts (for measurements; a Runner in production
-	// has no cache); EstimateTokens makes it count with turn.EstimateTokens.
+	// CacheTokens caches the Runner's token counts by text, as turn/chatcompletion's Client
+	// does; EstimateTokens makes it count with turn.EstimateTokens.
 	CacheTokens, EstimateTokens bool
 	// Conversation is the conversation id; default the strategy's name.
 	Conversation string
