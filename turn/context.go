@@ -311,6 +311,13 @@ func (r *Runner) compact(ctx context.Context, v view, in *Input) (session.Event,
 	if total <= budget/2 && len(v.uncovered) <= r.historyLimit() && !stale {
 		return session.Event{}, false, nil
 	}
+	if name, ok := in.Journal().nextRecorded(); ok && name != CompactStep {
+		// An earlier run of this turn went on without compacting (it began before the
+		// conversation needed it, under another budget, or before a deploy that brought
+		// compaction): follow its journal rather than dead-letter a step mismatch; the next
+		// turn compacts.
+		return session.Event{}, false, nil
+	}
 	// Fold whole turns, oldest first, so that no tool call is parted from its output.
 	rest := total - fixed
 	if v.hasCP {

@@ -373,3 +373,46 @@ func TestCompactionRaceStoresOneCheckpoint(t *testing.T) {
 	require.Equal(t, 1, turns)
 	require.Equal(t, int64(2), arrived.Load())
 }
+
+// TestCompactionFollowsAnEarlierRunsJournal: a turn whose earlier run recorded steps without
+// compacting (a deploy lowered the budget between two deliveries) goes on from its journal
+// instead of dead-lettering a step mismatch; the next turn compacts.
+func TestCompactionFollowsAnEarlierRunsJournal(t *testing.T) {
+	t.Parallel()
+	r, _, s, sessions, _ := compactionSetup(4000, 50)
+	ctx := context.Background()
+	for i := range 3 {
+		_, err := r.Run(ctx, newRequest("conv-deploy", "u-1", fmt.Sprintf("m%d", i)))
+		require.NoError(t, err)
+	}
+	var calls atomic.Int64
+	r.Model = turn.ModelFunc(func(ctx context.Context, in turn.Input) (turn.Output, error) {
+		out, err := in.Step(ctx, "model", func(context.Context, string) ([]byte, error) {
+			calls.Add(1)
+			return []byte("answer"), nil
+		})
+		if err != nil {
+			return turn.Output{}, err
+		}
+		if in.Attempt == 1 && in.Request.Text == "across the deploy" {
+			return turn.Output{}, errors.New("killed after its model step")
+		}
+		return turn.Output{Events: []session.Event{{Text: string(out)}}}, nil
+	})
+	req := newRequest("conv-deploy", "u-1", "across the deploy")
+	_, err := r.Run(ctx, req)
+	require.Error(t, err)
+	r.HistoryLimit = 4 // the deploy: six events are now more than the window
+	res, err := r.Run(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, "answer", res.Text)
+	require.Equal(t, int64(1), calls.Load(), "the recorded model step is not paid again")
+	calls.Store(0)
+	require.Zero(t, s.calls.Load(), "no compaction in a turn whose journal went on without one")
+	_, err = r.Run(ctx, newRequest("conv-deploy", "u-1", "the next turn"))
+	require.NoError(t, err)
+	require.Equal(t, int64(1), s.calls.Load(), "the next turn compacts")
+	events, err := sessions.FindTurn(ctx, r.Key(req), req.ID)
+	require.NoError(t, err)
+	require.Equal(t, "user", events[0].Author)
+}

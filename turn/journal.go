@@ -265,6 +265,15 @@ func (j *Journal) record(ctx context.Context, s inbox.Step) (inbox.Step, error) 
 	return stored, nil
 }
 
+// nextRecorded returns the name of the step an earlier run recorded at the ordinal the next
+// Next call takes, and whether there is one.
+func (j *Journal) nextRecorded() (string, bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	s, ok := j.steps[j.next+1]
+	return s.Name, ok
+}
+
 // through returns what the turn's commit promotes: the turn's last step's ordinal when the
 // journal holds a deferred step, noPromote when it holds none.
 func (j *Journal) through() int {
