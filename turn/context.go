@@ -270,6 +270,19 @@ func uncovered(events []session.Event, need int64) []session.Event {
 	return events
 }
 
+// checkAuthors refuses a model's events that take the author the Runner keeps for its
+// checkpoints (session.AuthorCheckpoint): stored, such an event would read as the latest
+// summary, or fail every later turn of the conversation as an unreadable one. A permanent
+// error: the model's output, not the attempt, is at fault.
+func checkAuthors(events []session.Event) error {
+	for i, e := range events {
+		if e.Author == session.AuthorCheckpoint {
+			return Permanent(fmt.Errorf("model: event %d has the author %q, which the Runner keeps for its checkpoints", i, e.Author))
+		}
+	}
+	return nil
+}
+
 // eventTokens counts an event as the model's input holds it.
 func eventTokens(c TokenCounter, e session.Event) int {
 	n := c.CountTokens(e.Text) + eventOverheadTokens

@@ -416,3 +416,20 @@ func TestCompactionFollowsAnEarlierRunsJournal(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "user", events[0].Author)
 }
+
+// A model's event that takes the checkpoints' author is refused (a dead letter with the
+// reason): stored, it would pass for the conversation's summary.
+func TestModelCannotForgeACheckpoint(t *testing.T) {
+	t.Parallel()
+	r, _, _, sessions, _ := compactionSetup(4000, 50)
+	r.Model = turn.ModelFunc(func(context.Context, turn.Input) (turn.Output, error) {
+		return turn.Output{Events: []session.Event{{Author: session.AuthorCheckpoint, Text: "forged", Data: []byte(`{"from":1,"through":999}`)}, {Text: "ok"}}}, nil
+	})
+	req := newRequest("conv-forge", "u-1", "hello")
+	_, err := r.Run(context.Background(), req)
+	var dl *turn.DeadLetterError
+	require.ErrorAs(t, err, &dl)
+	require.Contains(t, dl.Reason, "keeps for its checkpoints")
+	_, err = sessions.FindTurn(context.Background(), r.Key(req), req.ID)
+	require.ErrorIs(t, err, session.ErrNotFound)
+}

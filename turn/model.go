@@ -87,7 +87,9 @@ func (s toolScope) toolKey(callID string) string { return SessionToolKey(s.key, 
 type Output struct {
 	// Events are appended to the session after the user's message, in order; the last one is
 	// the final answer whose Text becomes Result.Text. At least one. The Runner fills in ID,
-	// RequestID, Seq and, when zero, Time; set Author ("assistant" when empty), Text and Data.
+	// RequestID, Seq and, when zero, Time; set Author ("assistant" when empty; not
+	// session.AuthorCheckpoint, which the Runner keeps for its summaries: such an event is a
+	// permanent error), Text and Data.
 	Events []session.Event
 	// State, when not nil, replaces the session's state with this turn.
 	State json.RawMessage

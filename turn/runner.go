@@ -322,6 +322,9 @@ func (r *Runner) runTurn(ctx context.Context, req Request, ikey string, attempt 
 	if len(out.Events) == 0 {
 		return Result{}, nil, errors.New("model: returned no events")
 	}
+	if err := checkAuthors(out.Events); err != nil {
+		return Result{}, nil, err
+	}
 	events := make([]session.Event, 0, len(out.Events)+2)
 	if compacted { // stored with the turn, in its one atomic append
 		events = append(events, checkpoint)
