@@ -20,6 +20,8 @@ const (
 	// within every current model's context window, so that the Runner's part of it (half)
 	// keeps a long conversation's cost per turn flat.
 	DefaultContextBudget = 32_000
+	// MinContextBudget is the smallest Runner.ContextBudget Validate accepts, in tokens.
+	MinContextBudget = 128
 	// CompactStep is the journal step name of a compaction (Journal.Next).
 	CompactStep = "compact"
 	// eventOverheadTokens is what counting adds per event or message: its role and framing
@@ -57,8 +59,11 @@ func (f TokenCounterFunc) CountTokens(text string) int { return f(text) }
 
 // EstimateTokens estimates the tokens of text without a tokenizer: one token per three bytes
 // of UTF-8, rounded up. BPE tokenizers (OpenAI's o200k and cl100k, Anthropic's) average about
-// four bytes a token on English text and code and two to three on other scripts, so the
-// estimate errs high, which keeps an estimated budget a safe one.
+// four bytes a token on English text and code and two to three on other scripts, so on those
+// the estimate errs high. It errs low on text of short separated pieces: single digits or
+// letters between spaces, IP addresses and number tables take one token per one to two bytes
+// (up to three times the estimate; o200k splits digits from the space before them). For logs
+// of that kind, give the Runner a tokenizer (Runner.Tokens) or a smaller ContextBudget.
 func EstimateTokens(text string) int { return (len(text) + 2) / 3 }
 
 // Summarizer writes the summary of a conversation's beginning for a compaction: the previous
@@ -197,12 +202,14 @@ func ModelTokenCounter(m ModelClient) TokenCounter {
 }
 
 // CompactionPolicy returns the id of the Runner's compaction policy, "p1-" and 8 hex digits
-// of a SHA-256 of the summarization instruction and the context budget. A checkpoint records
+// of a SHA-256 of the summarization instruction: what a summary keeps. A checkpoint records
 // it (session.CheckpointData.Policy); a turn whose latest checkpoint has another policy
 // compacts at once, telling the summarizer the old summary's policy and recording it as
-// PreviousPolicy, so summaries of two policies are never mixed without a record.
+// PreviousPolicy, so summaries of two policies are never mixed without a record. The budget
+// is not part of it: it sizes summaries, and Runners of two budgets on one conversation (a
+// rolling deploy) would otherwise rewrite its summary at every turn.
 func (r *Runner) CompactionPolicy() string {
-	sum := sha256.Sum256([]byte(r.summaryInstruction() + "\x00" + strconv.Itoa(r.contextBudget())))
+	sum := sha256.Sum256([]byte(r.summaryInstruction()))
 	return "p1-" + hex.EncodeToString(sum[:4])
 }
 
@@ -349,8 +356,8 @@ func (r *Runner) compact(ctx context.Context, v view, in *Input) (session.Event,
 		return session.Event{}, false, nil // a stale policy with nothing new to fold: keep it
 	}
 	folded := v.uncovered[:n]
-	sin := SummaryInput{Request: in.Request, Instruction: r.summaryInstruction(), Events: folded, MaxTokens: summaryMax}
-	data := session.CheckpointData{From: folded[0].Seq, Through: folded[n-1].Seq, Policy: policy}
+	data := session.CheckpointData{From: folded[0].Seq, Policy: policy}
+	sin := SummaryInput{Request: in.Request, Instruction: r.summaryInstruction(), MaxTokens: summaryMax}
 	if v.hasCP {
 		sin.Previous = v.cp.Summary
 		data.From = v.cp.Through + 1
@@ -358,27 +365,27 @@ func (r *Runner) compact(ctx context.Context, v view, in *Input) (session.Event,
 			sin.PreviousPolicy, data.PreviousPolicy = v.cp.Policy, v.cp.Policy
 		}
 	}
-	j := in.Journal()
-	step := j.Next(CompactStep)
-	sin.Step, sin.Checkpoint = step, data
-	out, err := j.Run(ctx, step, func(ctx context.Context, _ string) ([]byte, error) {
-		summary, err := r.summarizer().Summarize(ctx, sin)
-		if err != nil {
-			return nil, fmt.Errorf("compaction: summarize seqs %d to %d: %w", data.From, data.Through, err)
-		}
-		data.Tokens = counter.CountTokens(summary)
-		if summary == "" || data.Tokens > summaryMax {
-			return nil, fmt.Errorf("%w: the summary of seqs %d to %d takes %d tokens, the bound is 1 to %d (an eighth of Runner.ContextBudget)",
-				ErrSummaryTooLong, data.From, data.Through, data.Tokens, summaryMax)
-		}
-		return json.Marshal(compaction{Summary: summary, CheckpointData: data}) // strings and numbers
-	})
-	if err != nil {
-		return session.Event{}, false, err
-	}
+	// Fold in chunks of whole turns of at most half the budget each, so that no summarizer
+	// request passes the budget either: a backlog (a deploy that brought compaction to long
+	// conversations) folds in several steps of one turn, each summary the next one's Previous.
 	var c compaction
-	if err := json.Unmarshal(out, &c); err != nil || c.Summary == "" {
-		return session.Event{}, false, Permanent(fmt.Errorf("turn: decode the recorded compaction step %d: %.80q", step.Ordinal, out))
+	for start := 0; start < n; {
+		end := chunkEnd(counter, folded, start, budget/2)
+		sin.Events, data.Through = folded[start:end], folded[end-1].Seq
+		var err error
+		if c, err = r.compactStep(ctx, in, sin, data, counter); err != nil {
+			var se *summarizerError
+			if errors.As(err, &se) && ctx.Err() == nil && total <= budget*3/4 {
+				// The input still fits with room for the turn: go on without this compaction
+				// rather than fail a turn that needs none yet; the next turn tries again.
+				r.logger().Warn("compaction failed; the turn goes on without it, its input still fits the budget",
+					"request_id", in.Request.ID, "conversation_id", in.Request.ConversationID, "tokens", total, "budget", budget, "err", err)
+				return session.Event{}, false, nil
+			}
+			return session.Event{}, false, err
+		}
+		sin.Previous, sin.PreviousPolicy = c.Summary, ""
+		start = end
 	}
 	ev, err := session.NewCheckpointEvent(session.Checkpoint{Summary: c.Summary, CheckpointData: c.CheckpointData})
 	if err != nil {
@@ -387,4 +394,80 @@ func (r *Runner) compact(ctx context.Context, v view, in *Input) (session.Event,
 	in.Summary = c.Summary
 	in.Session.Events = v.uncovered[n:]
 	return ev, true, nil
+}
+
+// chunkEnd returns the end of the chunk of whole turns of events that starts at start and
+// takes at most limit tokens (one turn at least, whatever its size).
+func chunkEnd(counter TokenCounter, events []session.Event, start, limit int) int {
+	end, size := start, 0
+	for end < len(events) {
+		id, next, turnSize := events[end].RequestID, end, 0
+		for next < len(events) && events[next].RequestID == id {
+			turnSize += eventTokens(counter, events[next])
+			next++
+		}
+		if end > start && size+turnSize > limit {
+			break
+		}
+		end, size = next, size+turnSize
+	}
+	return end
+}
+
+// compactStep runs one summary of a compaction as the journal step CompactStep: the recorded
+// one when an earlier run of the turn completed it. A panic in the summarizer fails the
+// attempt (a *PanicError).
+func (r *Runner) compactStep(ctx context.Context, in *Input, sin SummaryInput, data session.CheckpointData, counter TokenCounter) (compaction, error) {
+	summaryMax := sin.MaxTokens
+	j := in.Journal()
+	step := j.Next(CompactStep)
+	sin.Step, sin.Checkpoint = step, data
+	out, err := j.Run(ctx, step, func(ctx context.Context, _ string) (_ []byte, err error) {
+		defer func() {
+			if v := recover(); v != nil {
+				err = &summarizerError{Recovered("summarizer", v)}
+			}
+		}()
+		summary, err := r.summarizer().Summarize(ctx, sin)
+		if err != nil {
+			return nil, &summarizerError{fmt.Errorf("compaction: summarize seqs %d to %d: %w", data.From, data.Through, err)}
+		}
+		data.Tokens = counter.CountTokens(summary)
+		if summary == "" || data.Tokens > summaryMax {
+			return nil, &summarizerError{fmt.Errorf("%w: the summary of seqs %d to %d takes %d tokens, the bound is 1 to %d (an eighth of Runner.ContextBudget)",
+				ErrSummaryTooLong, data.From, data.Through, data.Tokens, summaryMax)}
+		}
+		return json.Marshal(compaction{Summary: summary, CheckpointData: data}) // strings and numbers
+	})
+	if err != nil {
+		return compaction{}, err
+	}
+	var c compaction
+	if err := json.Unmarshal(out, &c); err != nil || c.Summary == "" {
+		return compaction{}, Permanent(fmt.Errorf("turn: decode the recorded compaction step %d: %.80q", step.Ordinal, out))
+	}
+	return c, nil
+}
+
+// summarizerError marks an error of the summarizer itself (its error, its panic, a summary
+// out of bounds), which a turn whose input still fits may go on without; a journal or store
+// error is not one.
+type summarizerError struct{ err error }
+
+func (e *summarizerError) Error() string { return e.err.Error() }
+func (e *summarizerError) Unwrap() error { return e.err }
+
+// checkState refuses a model's new state that would take more than a quarter of the context
+// budget: stored, it would leave later requests too little room and refuse them all
+// (ErrOverBudget). A permanent error of the turn that writes it, with both sizes.
+func (r *Runner) checkState(state []byte) error {
+	if len(state) == 0 {
+		return nil
+	}
+	budget := r.contextBudget()
+	if n := r.tokens().CountTokens(string(state)); n > budget/4 {
+		return Permanent(fmt.Errorf("%w: the model's new session state takes %d tokens, over a quarter of the context budget of %d tokens (Runner.ContextBudget); keep large data in an attachment or the host's own store",
+			ErrOverBudget, n, budget))
+	}
+	return nil
 }

@@ -201,31 +201,68 @@ func TestCompactionSadPaths(t *testing.T) {
 		require.Contains(t, dl.Reason, "attachments")
 		require.Empty(t, m.inputs, "the model is not called")
 	})
+	// A message of about 50 tokens and its answer: the third turn's input passes half the
+	// budget of 400 and still fits three quarters (compaction is tried, and a failure goes
+	// on without it); the fourth's does not (a failure fails the attempt).
+	long := func(i int) string { return fmt.Sprintf("m%d %s", i, strings.Repeat("x", 140)) }
 	t.Run("SummaryOverBudget", func(t *testing.T) {
 		t.Parallel()
-		r, _, s, sessions, _ := compactionSetup(400, 2)
+		r, m, s, sessions, _ := compactionSetup(400, 50)
 		s.long = true
 		var err error
 		var req turn.Request
-		for i := 0; i < 4 && err == nil; i++ {
-			req = newRequest("conv-long", "u-1", fmt.Sprintf("m%d", i))
+		for i := 0; i < 8 && err == nil; i++ {
+			req = newRequest("conv-long", "u-1", long(i))
 			_, err = r.Run(ctx, req)
 		}
 		require.ErrorIs(t, err, turn.ErrSummaryTooLong)
 		require.Equal(t, turn.KindAttempt, turn.Classify(err), "a failed attempt: a summarizer may do better next time")
+		require.Len(t, m.inputs, 3, "the third turn went on without its failed compaction, the fourth could not")
+		require.Equal(t, int64(2), s.calls.Load())
 		_, err = sessions.FindTurn(ctx, r.Key(req), req.ID)
 		require.ErrorIs(t, err, session.ErrNotFound, "nothing is stored, nothing truncated")
 	})
 	t.Run("SummarizerError", func(t *testing.T) {
 		t.Parallel()
-		r, m, s, _, _ := compactionSetup(400, 2)
+		r, m, s, _, _ := compactionSetup(400, 50)
 		s.fail = func(int64) error { return turn.RetryAfter(time.Second, errors.New("rate limited")) }
 		var err error
-		for i := 0; i < 4 && err == nil; i++ {
-			_, err = r.Run(ctx, newRequest("conv-sumerr", "u-1", fmt.Sprintf("m%d", i)))
+		for i := 0; i < 8 && err == nil; i++ {
+			_, err = r.Run(ctx, newRequest("conv-sumerr", "u-1", long(i)))
 		}
 		require.Equal(t, turn.KindRateLimited, turn.Classify(err), "the summarizer's kind is kept")
-		require.Len(t, m.inputs, 2)
+		require.Len(t, m.inputs, 3)
+	})
+	t.Run("SummarizerPanics", func(t *testing.T) {
+		t.Parallel()
+		r, _, _, _, _ := compactionSetup(400, 50)
+		r.Summarizer = turn.SummarizerFunc(func(context.Context, turn.SummaryInput) (string, error) { panic("summarizer bug") })
+		var err error
+		for i := 0; i < 8 && err == nil; i++ {
+			_, err = r.Run(ctx, newRequest("conv-panic", "u-1", long(i)))
+		}
+		var pe *turn.PanicError
+		require.ErrorAs(t, err, &pe)
+		require.Contains(t, err.Error(), "summarizer")
+	})
+	t.Run("StateOverAQuarter", func(t *testing.T) {
+		t.Parallel()
+		r, _, _, sessions, _ := compactionSetup(400, 50)
+		r.Model = turn.ModelFunc(func(context.Context, turn.Input) (turn.Output, error) {
+			return turn.Output{Events: []session.Event{{Text: "ok"}}, State: []byte(`"` + strings.Repeat("s", 400) + `"`)}, nil
+		})
+		req := newRequest("conv-state", "u-1", "remember all this")
+		_, err := r.Run(ctx, req)
+		var dl *turn.DeadLetterError
+		require.ErrorAs(t, err, &dl, "the turn that writes the state is refused, not every turn after it")
+		require.ErrorIs(t, err, turn.ErrOverBudget)
+		_, err = sessions.FindTurn(ctx, r.Key(req), req.ID)
+		require.ErrorIs(t, err, session.ErrNotFound)
+	})
+	t.Run("BudgetTooSmall", func(t *testing.T) {
+		t.Parallel()
+		r, _, _, _, _ := compactionSetup(8, 0)
+		require.ErrorContains(t, r.Validate(), "ContextBudget 8")
 	})
 	t.Run("NegativeBudget", func(t *testing.T) {
 		t.Parallel()
@@ -432,4 +469,38 @@ func TestModelCannotForgeACheckpoint(t *testing.T) {
 	require.Contains(t, dl.Reason, "keeps for its checkpoints")
 	_, err = sessions.FindTurn(context.Background(), r.Key(req), req.ID)
 	require.ErrorIs(t, err, session.ErrNotFound)
+}
+
+// TestCompactionFoldsABacklogInChunks: a conversation that grew long before compaction (a
+// deploy that brought it, or lowered the budget) folds in several summaries of one turn, each
+// summarizer request within the budget, and stores one checkpoint covering all of it.
+func TestCompactionFoldsABacklogInChunks(t *testing.T) {
+	t.Parallel()
+	r, m, _, sessions, _ := compactionSetup(1_000_000, 10_000)
+	ctx := context.Background()
+	for i := range 40 {
+		_, err := r.Run(ctx, newRequest("conv-backlog", "u-1", fmt.Sprintf("m%d %s", i, strings.Repeat("y", 120))))
+		require.NoError(t, err)
+	}
+	var inputs []int
+	r.ContextBudget, r.HistoryLimit = 1000, 50
+	r.Summarizer = turn.SummarizerFunc(func(_ context.Context, in turn.SummaryInput) (string, error) {
+		inputs = append(inputs, turn.EstimateTokens(in.Transcript()))
+		return keepFacts(in.Previous, in.Events) + fmt.Sprintf("\nthrough %d", in.Events[len(in.Events)-1].Seq), nil
+	})
+	req := newRequest("conv-backlog", "u-1", "after the deploy")
+	_, err := r.Run(ctx, req)
+	require.NoError(t, err)
+	require.Greater(t, len(inputs), 1, "several summaries")
+	for _, n := range inputs {
+		require.LessOrEqual(t, n, 1000, "no summarizer request over the budget")
+	}
+	events, err := sessions.FindTurn(ctx, r.Key(req), req.ID)
+	require.NoError(t, err)
+	c, ok, err := session.CheckpointOf(events[0])
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, int64(1), c.From, "one checkpoint covers the whole backlog it folded")
+	last := m.inputs[len(m.inputs)-1]
+	require.Equal(t, c.Through+1, last.Session.Events[0].Seq, "the model sees every event after it")
 }

@@ -77,7 +77,7 @@ type Runner struct {
 	// with the summarization instruction as a turn's message.
 	Summarizer Summarizer
 	// SummaryInstruction is the summarization instruction; default
-	// DefaultSummaryInstruction. Changing it (or ContextBudget) changes CompactionPolicy.
+	// DefaultSummaryInstruction. Changing it changes CompactionPolicy.
 	SummaryInstruction string
 	// Tokens counts tokens for the budget; default the Model when it is a TokenCounter
 	// (turn/agent's Agent is when its provider is, as turn/chatcompletion's Client is), else
@@ -126,6 +126,8 @@ func (r *Runner) Validate() error {
 		return errors.New("turn: Runner.Inbox is nil")
 	case r.TurnTimeout < 0, r.HistoryLimit < 0, r.MaxAttempts < 0, r.MaxSteps < 0, r.MaxJournalBytes < 0, r.ContextBudget < 0:
 		return errors.New("turn: Runner.TurnTimeout, HistoryLimit, MaxAttempts, MaxSteps, MaxJournalBytes and ContextBudget must not be negative")
+	case r.ContextBudget > 0 && r.ContextBudget < MinContextBudget:
+		return fmt.Errorf("turn: Runner.ContextBudget %d is under %d tokens, in which no request and summary fit", r.ContextBudget, MinContextBudget)
 	}
 	return nil
 }
@@ -323,6 +325,9 @@ func (r *Runner) runTurn(ctx context.Context, req Request, ikey string, attempt 
 		return Result{}, nil, errors.New("model: returned no events")
 	}
 	if err := checkAuthors(out.Events); err != nil {
+		return Result{}, nil, err
+	}
+	if err := r.checkState(out.State); err != nil {
 		return Result{}, nil, err
 	}
 	events := make([]session.Event, 0, len(out.Events)+2)

@@ -223,7 +223,8 @@ func setFail(m turn.ModelClient) {
 }
 
 // A failed summary is a failed compaction: its span records the error and the counter counts
-// it under its kind; nothing goes to the tokens' histogram.
+// it under its kind; nothing goes to the tokens' histogram (and the turn, whose input still
+// fits, goes on without it).
 func TestCompactionSpanOfAFailedSummary(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -238,7 +239,7 @@ func TestCompactionSpanOfAFailedSummary(t *testing.T) {
 		if i == 0 {
 			require.NoError(t, err)
 		} else {
-			require.Error(t, err, "the second turn compacts, and its summary fails")
+			require.NoError(t, err, "the second turn's compaction fails; its input still fits the budget, so the turn goes on without it")
 		}
 	}
 	spans := tel.compactionSpans()
