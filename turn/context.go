@@ -309,9 +309,11 @@ type compaction struct {
 // Runner's part of it (state, summary, the uncovered events, the request) is over half the
 // budget, when more events are uncovered than HistoryLimit, or when the latest checkpoint has
 // another policy, it folds the oldest uncovered turns into a new summary, as the journal step
-// CompactStep, until the rest takes at most a quarter of the budget and half the window. It
-// returns the checkpoint event to store with the turn (ok false when none ran) and updates
-// in.Session.Events and in.Summary to what the model then sees.
+// CompactStep (several, for a backlog over half the budget: chunkEnd), until the rest takes
+// at most a quarter of the budget and half the window. A summarizer's failure fails the turn
+// only when its input is over three quarters of the budget; else the turn goes on without
+// compacting. It returns the checkpoint event to store with the turn (ok false when none ran)
+// and updates in.Session.Events and in.Summary to what the model then sees.
 func (r *Runner) compact(ctx context.Context, v view, in *Input) (session.Event, bool, error) {
 	budget, counter, policy := r.contextBudget(), r.tokens(), r.CompactionPolicy()
 	summaryMax := budget / 8
