@@ -36,6 +36,9 @@
 //	                table or JSON
 //	release         Temporal mode: release a held conversation now: its missing sequences
 //	                dead-lettered with reason "gap", its held requests applied in order
+//	console         serve the web console (package console) at --listen: conversations,
+//	                timelines, dead letters, outbox, lag, held conversations; read-only
+//	                unless --actions (with --token)
 //
 // Every command takes --help. Every flag is also read from an environment variable named
 // TURNSTILE_ and the flag in upper case with underscores (--table-prefix is
@@ -115,6 +118,7 @@ Commands:
   size            turns in flight, members and partitions for a turn time and a rate, with a plot
   held            Temporal mode: conversations held at a sequence gap, with their missing sequences
   release         Temporal mode: release a held conversation now (gap dead letters, held requests applied)
+  console         serve the web console: conversations, timelines, dead letters, outbox, lag (read-only unless --actions)
 
 Run 'turnstile <command> [<subcommand>] --help' for a command's flags and examples.
 Every flag also comes from an environment variable: --brokers from TURNSTILE_BROKERS, --db from
@@ -149,6 +153,7 @@ var commands = []command{
 	{"size", sizeUsage, sizeCmd},
 	{"held", heldUsage, heldCmd},
 	{"release", releaseUsage, releaseCmd},
+	{"console", consoleUsage, consoleCmd},
 }
 
 // env is what a command writes to and reads its flags' environment variables from.
