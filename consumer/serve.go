@@ -386,15 +386,9 @@ func guardTurnContext(f func(context.Context, turn.Request) (context.Context, co
 
 // decode turns a record into a request: a valid envelope whose conversation id is the key.
 func (p *partition) decode(msg *sarama.ConsumerMessage) (turn.Request, error) {
-	if len(msg.Key) == 0 {
-		return turn.Request{}, errors.New("record has no key; the key must be the conversation id")
-	}
-	req, err := p.c.cfg.Decoder.Decode(msg.Value)
+	req, err := DecodeRecord(p.c.cfg.Decoder, msg.Key, msg.Value)
 	if err != nil {
 		return turn.Request{}, err
-	}
-	if req.ConversationID != string(msg.Key) {
-		return turn.Request{}, &keyMismatchError{key: string(msg.Key), conversation: req.ConversationID}
 	}
 	req.Source = turn.Source{Topic: msg.Topic, Partition: msg.Partition, Offset: msg.Offset}
 	req.Headers = recordHeaders(msg)

@@ -70,7 +70,8 @@ type Letter struct {
 	// turn.KindPermanent, turn.KindAttempt or turn.KindRateLimited; turn.KindNone when the
 	// dead letter does not say (written before the header existed, or by another tool).
 	Kind turn.Kind
-	// Source locates the request record; Source.Offset is -1 when the headers do not say.
+	// Source locates the request record; Source.Offset is -1 when the headers do not say,
+	// and for a dead letter with no source record (Origin OriginSubmit or OriginGap).
 	Source turn.Source
 	// ValueDropped is the consumer's value-dropped header: why the value is missing (the
 	// original size and the broker's refusal); empty when the value is there.
@@ -104,6 +105,11 @@ func Parse(msg *sarama.ConsumerMessage) Letter {
 		Origin: p.Origin, WorkflowID: p.WorkflowID, Sequence: p.Sequence}
 	if l.ValueDropped != "" {
 		l.Value = nil
+	}
+	if l.Source.Topic == "" {
+		// No source record (a gap's or Bridge.Submit's dead letter writes empty source
+		// headers): the headers do not say where a request came from.
+		l.Source = turn.Source{Offset: -1}
 	}
 	return l
 }

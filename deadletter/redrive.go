@@ -8,7 +8,9 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/turnstile-go/turnstile/consumer"
 	"github.com/turnstile-go/turnstile/inbox"
+	"github.com/turnstile-go/turnstile/internal/record"
 	"github.com/turnstile-go/turnstile/turn"
 )
 
@@ -37,10 +39,27 @@ type Options struct {
 	// Logger gets a line per re-driven dead letter; default slog.Default().
 	Logger *slog.Logger
 	// DryRun changes nothing and publishes nothing: each Outcome says what the real run would
-	// do, from the same checks (the routing, the source record, the inbox entry read with Get).
-	// Inbox may be nil then: the entries are taken to be dead.
+	// do, from the same checks (the routing, the source record, the producer's size limit, the
+	// consumer's checks of the record, the inbox entry read with Get). Inbox may be nil then:
+	// the entries are taken to be dead.
 	DryRun bool
+	// Force re-drives a request that the consumer's checks refuse (ErrNeverPasses: a value
+	// that does not decode under Decoder, a key that is not its conversation id), which the
+	// service dead-letters again at once. Without it such a dead letter is refused.
+	Force bool
 }
+
+// ErrTooLarge is an Outcome.Err (wrapped, with the sizes) for a request record larger than
+// the producer's limit, Client.Config().Producer.MaxMessageBytes (sarama's default 1,000,000
+// bytes): running the re-drive again fails the same way; it needs a client with a higher
+// limit (up to the topic's max.message.bytes).
+var ErrTooLarge = errors.New("deadletter: the request record is larger than the producer's limit")
+
+// ErrNeverPasses is an Outcome.Err (wrapped, with the reason) for a request record the
+// consumer's checks refuse (consumer.DecodeRecord: malformed JSON, a missing user id, a key
+// that is not the conversation id): published again, it would be dead-lettered again at once.
+// Options.Force re-drives it anyway.
+var ErrNeverPasses = errors.New("deadletter: the request can never pass the consumer's checks")
 
 // Action says what Redrive did with one dead letter.
 type Action string
@@ -169,7 +188,7 @@ func planOf(ctx context.Context, opts Options, l Letter) (plan, error) {
 		return plan{}, errors.New("deadletter: the dead letter's request came from Bridge.Submit, not from a record: give Options.RequestsTopic (--requests-topic) to re-drive it through the requests topic")
 	case fromSubmit && l.Value == nil:
 		return plan{}, fmt.Errorf("deadletter: the dead letter's request came from Bridge.Submit and its value was dropped (%s): there is no source record to read it from", l.ValueDropped)
-	case topic == "" || l.Source.Offset < 0:
+	case topic == "" || !fromSubmit && l.Source.Offset < 0:
 		return plan{}, errors.New("deadletter: the dead letter does not say where its request came from (source headers)")
 	}
 	value, key, headers := l.Value, l.Key, l.Headers
@@ -200,7 +219,32 @@ func planOf(ctx context.Context, opts Options, l Letter) (plan, error) {
 		return plan{}, err
 	}
 	msg.Metadata = sourcePartition(p)
+	if err := check(opts, msg, key, value); err != nil {
+		return plan{}, err
+	}
 	return plan{msg: msg}, nil
+}
+
+// check refuses what the publish or the consumer would refuse whatever the number of tries:
+// a record over the producer's size limit (ErrTooLarge), measured as sarama's producer does,
+// and, unless Options.Force, a request the consumer's checks refuse (ErrNeverPasses).
+func check(opts Options, msg *sarama.ProducerMessage, key, value []byte) error {
+	cfg := opts.Client.Config()
+	version := 1
+	if cfg.Version.IsAtLeast(sarama.V0_11_0_0) {
+		version = 2
+	}
+	if size, limit := msg.ByteSize(version), cfg.Producer.MaxMessageBytes; size > limit {
+		return fmt.Errorf("%w: %d bytes, limit %d (Producer.MaxMessageBytes): running the re-drive again fails the same way; "+
+			"raise the limit (up to the topic's max.message.bytes)", ErrTooLarge, size, limit)
+	}
+	if opts.Force {
+		return nil
+	}
+	if _, err := consumer.DecodeRecord(opts.Decoder, key, value); err != nil {
+		return fmt.Errorf("%w (the service dead-letters it again at once; force to publish it anyway): %w", ErrNeverPasses, err)
+	}
+	return nil
 }
 
 // place returns the partition of topic msg goes to: src when the topic has it, else where a
@@ -267,7 +311,12 @@ func redriveOne(ctx context.Context, opts Options, producer sarama.SyncProducer,
 		return o
 	}
 	p, off, err := producer.SendMessage(pl.msg)
-	if err != nil {
+	switch {
+	case record.Refused(err):
+		o.Err = fmt.Errorf("deadletter: publish to %s refused: %w (the inbox entry is re-driven; running the re-drive again "+
+			"fails the same way while the record is too large for the topic)", pl.msg.Topic, err)
+		return o
+	case err != nil:
 		o.Err = fmt.Errorf("deadletter: publish to %s: %w (the inbox entry is re-driven; run the re-drive again)", pl.msg.Topic, err)
 		return o
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/IBM/sarama"
+
 	"github.com/turnstile-go/turnstile/deadletter"
 	"github.com/turnstile-go/turnstile/inbox"
 	"github.com/turnstile-go/turnstile/turn"
@@ -19,6 +21,8 @@ dead-lettered, across partitions): time, conversation, request id, attempts, age
 (topic/partition/offset of the request; in Temporal mode "submit" or "gap" for a request that
 had no record), the dead letter's own topic/partition/offset (for dlq show) and reason. --json
 adds the kind, the error, the workflow id and sequence (Temporal mode) and what was dropped.
+A --topic the cluster does not have (for dlq list, show and redrive) exits 3, naming the
+topics it has.
 
 Examples:
   turnstile dlq list --brokers kafka:9092 --topic agent.requests.dlq
@@ -46,9 +50,15 @@ A dead letter of Temporal mode's Bridge.Submit (request-origin header "submit") 
 it goes to --requests-topic, which it needs, on its key's partition (murmur2, as a Java
 producer places it); a gap dead letter (reason "gap") has no request and is refused. In
 Temporal mode the workflow runs a re-driven request again (it tells it from a duplicate by the
-redriven-from header). Give at least one filter, or --all. --dry-run makes the same checks
-(the placement, the source record, the inbox entry when --db is given) and changes nothing:
-it says what the real run would do, and fails where it would fail.
+redriven-from header). Give at least one filter, or --all.
+
+A dead letter that can never pass is refused, with its reason: a record larger than the
+producer's limit (--max-message-bytes, at most the topic's max.message.bytes), and, unless
+--force, a request the consumer dead-letters again at once (a value that does not decode or
+fails validation, a key that is not its conversation id). --dry-run makes the same checks
+(the placement, the source record, the size, the consumer's checks, the inbox entry when --db
+is given) and changes nothing: it says what the real run would do, and fails where it would
+fail.
 
 Examples:
   turnstile dlq redrive --brokers kafka:9092 --topic agent.requests.dlq \
@@ -128,6 +138,10 @@ func readLetters(ctx context.Context, f *flags, topic *string, filter func() let
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := requireTopics(client, [2]string{"topic", *topic}); err != nil {
+		client.Close()
+		return nil, nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, *f.timeout)
 	defer cancel()
 	letters, err := deadletter.Read(ctx, client, *topic, fl.Filter)
@@ -191,14 +205,15 @@ func toJSON(l deadletter.Letter, full bool) letterJSON {
 	return j
 }
 
-// source is where the request came from: TOPIC/PARTITION/OFFSET of its record; else its
-// origin (deadletter.OriginSubmit, OriginGap: Temporal mode, with no record); else "?".
+// source is where the request came from: its origin when it had no record
+// (deadletter.OriginSubmit, OriginGap: Temporal mode); else TOPIC/PARTITION/OFFSET of its
+// record; else "?".
 func source(l deadletter.Letter) string {
 	switch {
-	case l.Source.Offset >= 0:
-		return fmt.Sprintf("%s/%d/%d", l.Source.Topic, l.Source.Partition, l.Source.Offset)
 	case l.Origin != "":
 		return l.Origin
+	case l.Source.Offset >= 0 && l.Source.Topic != "":
+		return fmt.Sprintf("%s/%d/%d", l.Source.Topic, l.Source.Partition, l.Source.Offset)
 	}
 	return "?"
 }
@@ -332,6 +347,9 @@ func dlqRedrive(ctx context.Context, e *env, args []string) error {
 	note := f.String("note", "", "kept in each inbox entry's audit: who re-drove it and why")
 	all := f.Bool("all", false, "re-drive every dead letter of the topic (without a filter)")
 	dry := f.Bool("dry-run", false, "list what would be re-driven and change nothing")
+	force := f.Bool("force", false, "re-drive requests the consumer refuses (malformed, invalid, a key that is not the conversation id)")
+	maxBytes := f.Int("max-message-bytes", sarama.NewConfig().Producer.MaxMessageBytes,
+		"the producer's record size limit in bytes (at most the requests topic's max.message.bytes)")
 	filter := filterFlags(f)
 	letters, done, err := readLetters(ctx, f, topic, filter, func(fl letterFilter) error {
 		switch {
@@ -339,6 +357,8 @@ func dlqRedrive(ctx context.Context, e *env, args []string) error {
 			return usagef("give a filter (--request-id, --reason, ...) or --all")
 		case *f.db == "" && !*dry:
 			return usagef("--db (or %s) is required: the inbox entries are re-driven there", envName("db"))
+		case *maxBytes < 1:
+			return usagef("--max-message-bytes must be at least 1")
 		}
 		return nil
 	}, args)
@@ -360,10 +380,14 @@ func dlqRedrive(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer client.Close()
+	if err := requireTopics(client, [2]string{"requests-topic", *requests}); err != nil {
+		return err
+	}
+	client.Config().Producer.MaxMessageBytes = *maxBytes // Redrive's producer and its size check take it from here
 	rctx, cancel := context.WithTimeout(ctx, *f.timeout)
 	defer cancel()
 	outcomes, stopped := deadletter.Redrive(rctx, deadletter.Options{Client: client, Inbox: ib, App: *f.app,
-		RequestsTopic: *requests, Note: *note, Logger: discard, DryRun: *dry}, letters)
+		RequestsTopic: *requests, Note: *note, Logger: discard, DryRun: *dry, Force: *force}, letters)
 	if stopped != nil && len(outcomes) == 0 {
 		return stopped
 	}

@@ -27,7 +27,8 @@ topic whose last records it did not write: each copy carries the replayed-from h
 reads the last 20 offsets of each partition of --to first (pass --allow-foreign-records to
 copy into such a topic anyway). It also refuses a copy that --to already holds a part of
 (the same replay run twice): a record among those last offsets replayed from a record this
-copy would copy (pass --allow-duplicates to copy them again).
+copy would copy (pass --allow-duplicates to copy them again). A --from or --to topic the
+cluster does not have exits 3, naming the topics it has (create the sandbox topic first).
 
 Examples:
   turnstile replay --brokers kafka:9092 --from agent.requests --to sandbox.requests --from-time 24h \
@@ -42,8 +43,9 @@ the end offset (the next to be written) and the lag between them. A partition th
 never committed shows "-" and the whole partition as lag (a new group reads from the oldest
 record, as turnstile's consumer does). A group with no committed offset on any partition of
 the topic (a mistyped --group) is not found: exit code 3, naming the groups the cluster
-knows. A partition whose committed offset the broker cannot read (not authorized to
-describe the group, a partition moving) is an error, not a "-".
+knows; so is a --topic the cluster does not have, naming the topics it has. A partition
+whose committed offset the broker cannot read (not authorized to describe the group, a
+partition moving) is an error, not a "-".
 
 Examples:
   turnstile lag --brokers kafka:9092 --group agent --topic agent.requests
@@ -146,6 +148,9 @@ func lagCmd(_ context.Context, e *env, args []string) error {
 		return err
 	}
 	defer admin.Close() // closes client too
+	if err := requireTopics(client, [2]string{"topic", *topic}); err != nil {
+		return err
+	}
 	lags, err := groupLag(client, admin, *group, *topic)
 	if err != nil {
 		return err
@@ -214,6 +219,9 @@ func replayCmd(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer client.Close()
+	if err := requireTopics(client, [2]string{"from", *from}, [2]string{"to", *to}); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, *f.timeout)
 	defer cancel()
 	spans, err := replaySpans(client, *from, since, *fromOffset)
