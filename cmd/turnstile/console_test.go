@@ -130,4 +130,3 @@ func TestConsoleCommand(t *testing.T) {
 	status, _ = get(t, http.DefaultClient, base+"?token=wrong")
 	require.Equal(t, http.StatusForbidden, status)
 }
-
