@@ -169,7 +169,11 @@ type Config struct {
 	// other than sarama's default range. Consumer.MaxWaitTime (Kafka's fetch.max.wait.ms) left
 	// at sarama's 500 ms becomes 100 ms: a partition resumed after a backpressure pause is
 	// fetched only after the fetch in flight returns, which an idle topic holds for the whole
-	// wait. The producer gets its own copy (sharing one config between the group and an
+	// wait. Net.ReadTimeout left at sarama's 30 s becomes the rebalance timeout plus 5 s for the
+	// group's connections (60 s + 5 s by default): sarama reads a JoinGroup response under it,
+	// and the coordinator may hold that response for the whole rebalance (IBM/sarama#2820;
+	// Java's consumer waits as long, KAFKA-9332); a ReadTimeout set to no more than the
+	// rebalance timeout is refused. The producer gets its own copy (sharing one config between the group and an
 	// idempotent producer makes commits slow), with Idempotent, RequiredAcks=WaitForAll,
 	// Net.MaxOpenRequests=1, Retry.Max at least 5 and a murmur2 partitioner (the placement a
 	// Java producer picks for the same key).
@@ -317,6 +321,12 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("RevokeGrace: %s (plus %s to abandon the turn) is not shorter than Sarama.Consumer.Group.Rebalance.Timeout (%s)",
 			c.RevokeGrace, abandonWait, rt))
 	}
+	if sc, def := c.base(), sarama.NewConfig(); sc.Net.ReadTimeout != def.Net.ReadTimeout && sc.Net.ReadTimeout <= sc.Consumer.Group.Rebalance.Timeout {
+		errs = append(errs, fmt.Errorf("Sarama.Net.ReadTimeout: %s is not longer than Sarama.Consumer.Group.Rebalance.Timeout (%s): "+
+			"the member's JoinGroup would time out while the coordinator holds it for the rebalance, and re-sent for ever keep the group rebalancing "+
+			"(leave Net.ReadTimeout at sarama's default and New raises it to the rebalance timeout plus %s)",
+			sc.Net.ReadTimeout, sc.Consumer.Group.Rebalance.Timeout, joinGroupLapse))
+	}
 	if c.Transactional != nil {
 		errs = append(errs, c.Transactional.validate(c)...)
 	}
@@ -345,6 +355,13 @@ func (c *Config) groupConfig() *sarama.Config {
 	}
 	if sc.Consumer.MaxWaitTime == def.Consumer.MaxWaitTime {
 		sc.Consumer.MaxWaitTime = resumeFetchWait
+	}
+	if rt := sc.Consumer.Group.Rebalance.Timeout; sc.Net.ReadTimeout == def.Net.ReadTimeout && sc.Net.ReadTimeout < rt+joinGroupLapse {
+		// sarama reads a JoinGroup response under Net.ReadTimeout, and the coordinator may hold
+		// it for the whole rebalance timeout: a shorter deadline re-sends the JoinGroup for
+		// ever while the group waits for the member (IBM/sarama#2820). Java's consumer waits
+		// the rebalance timeout plus 5 s for it (KAFKA-9332).
+		sc.Net.ReadTimeout = rt + joinGroupLapse
 	}
 	if c.Transactional != nil {
 		// read_committed makes sarama fetch a claim's committed offset with RequireStable
@@ -388,6 +405,10 @@ func (c *Config) base() *sarama.Config {
 	cp := *c.Sarama
 	return &cp
 }
+
+// joinGroupLapse is what the member's read deadline exceeds the group's rebalance timeout
+// by, as Java's consumer's JoinGroup request timeout does (JOIN_GROUP_TIMEOUT_LAPSE).
+const joinGroupLapse = 5 * time.Second
 
 // resumeFetchWait is the fetch long-poll (sarama's Consumer.MaxWaitTime, Kafka's
 // fetch.max.wait.ms) when the user left sarama's 500 ms: a partition resumed after a
