@@ -5,6 +5,9 @@
 // migrates the stores' schema, sizes a service (turns in flight, members, partitions), and, in
 // Temporal mode, lists the conversations held at a sequence gap and releases them.
 //
+// Install it from a checkout (there is no release yet): go install ./cmd/turnstile, at the
+// repository's root.
+//
 // Usage:
 //
 //	turnstile <command> <subcommand> [flags]
@@ -12,12 +15,16 @@
 //	dlq list        list dead letters oldest first (time, conversation, request id, attempts,
 //	                age, source, reason), as a table or JSON; --conversation filters
 //	dlq show        show one dead letter with its headers and value
-//	dlq redrive     re-drive dead letters: inbox entries runnable again, requests published again
+//	dlq redrive     re-drive dead letters: inbox entries runnable again, requests published again;
+//	                what can never pass (too large, refused by the consumer) is refused unless
+//	                --force, by --dry-run too
 //	inbox get       show a request's inbox entry
 //	inbox purge     delete done and dead inbox entries older than a horizon
-//	inbox steps     list a request's step journal (ordinal, name, deferred, bytes, time)
+//	inbox steps     list a request's step journal (ordinal, name, deferred, bytes, time),
+//	                found as inbox get finds the entry
 //	outbox list     list the outbox's intents (id, status, attempts, name, conversation,
-//	                next due, reason), as a table or JSON; --status, --conversation filter
+//	                next due, reason), dead first, then pending, then delivered, as a table
+//	                or JSON; --status, --conversation filter; a cut listing says so
 //	outbox redrive  make a dead intent pending again, due now with no attempts spent
 //	ledger purge    delete Temporal mode's hand-off ledger rows older than a horizon
 //	session show    show a session's state, checkpoints and recent events, by conversation (and user)
@@ -30,10 +37,10 @@
 //	                with no committed offset on the topic is not found
 //	migrate         create or upgrade the session, inbox and attachment tables
 //	size            turns in flight (Little's law), members and partitions for a turn time
-//	                and a rate, as a table and a PNG or SVG plot
+//	                and a rate, as a table, and a PNG or SVG plot when --plot names a file
 //	held            Temporal mode: conversations held at a sequence gap (visibility, then
 //	                each workflow's status query), with their missing sequences, as a
-//	                table or JSON
+//	                table or JSON; workflows that do not answer are named, and exit 1
 //	release         Temporal mode: release a held conversation now: its missing sequences
 //	                dead-lettered with reason "gap", its held requests applied in order
 //	console         serve the web console (package console) at --listen: conversations,
@@ -53,7 +60,8 @@
 // Exit codes: 0 done; 1 the command failed (an unreachable broker or database, a broker or
 // database error, a dead letter not re-driven); 2 a usage error (unknown command, bad or
 // missing flag, a replay refused); 3 not found (the entry, session or dead letter asked for
-// is not there, a group without committed offsets).
+// is not there, a group without committed offsets, a topic or task queue that does not
+// exist: the error names those that do).
 package main
 
 import (
@@ -106,7 +114,7 @@ Commands:
   inbox get       show a request's inbox entry
   inbox purge     delete done and dead inbox entries older than a horizon
   inbox steps     list a request's step journal (the steps of its turn that completed)
-  outbox list     list the outbox's intents (deferred side effects), as a table or JSON
+  outbox list     list the outbox's intents (deferred side effects), dead first, as a table or JSON
   outbox redrive  make a dead intent pending again, due now with no attempts spent
   ledger purge    delete Temporal mode's hand-off ledger rows older than a horizon
   session show    show a session's state, checkpoints and recent events, by conversation (and user)
@@ -115,7 +123,7 @@ Commands:
   replay          copy recorded requests into a sandbox requests topic
   lag             committed offset, end offset and lag per partition for a consumer group
   migrate         create or upgrade the session, inbox and attachment tables
-  size            turns in flight, members and partitions for a turn time and a rate, with a plot
+  size            turns in flight, members and partitions for a turn time and a rate (a plot with --plot)
   held            Temporal mode: conversations held at a sequence gap, with their missing sequences
   release         Temporal mode: release a held conversation now (gap dead letters, held requests applied)
   console         serve the web console: conversations, timelines, dead letters, outbox, lag (read-only unless --actions)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -13,9 +14,11 @@ import (
 
 const outboxListUsage = `
 Lists the outbox's intents (the deferred side effects of committed turns, which the relay
-delivers), oldest first: id, status, attempts, name, conversation, when next due, and the
-last failure's reason. --status keeps one status (pending, delivered, dead), --conversation
-one conversation's.
+delivers), what needs attention first: the dead ones, then the pending ones by when they are
+next due, then the delivered ones, oldest first; each with its id, status, attempts, name,
+conversation, when next due, and the last failure's reason. --status keeps one status
+(pending, delivered, dead), --conversation one conversation's. At most --limit rows: a
+listing cut there says so ("more rows: raise --limit").
 
 Examples:
   turnstile outbox list --db postgres://turnstile@db:5432/agent --status dead
@@ -35,10 +38,12 @@ Examples:
 const inboxStepsUsage = `
 Lists the step journal of a request: the steps of its turn that completed (model and tool
 calls), by ordinal, with their name, whether deferred (an outbox intent), the size of their
-recorded output and when recorded. The key is the raw inbox key, as the first argument or
---key (inbox get says how it is made).
+recorded output and when recorded. It finds the entry as inbox get does: --request-id with
+--user and --conversation (the inbox key scopes the request id to its session, under --app),
+or the raw key, as --key or the first argument.
 
 Examples:
+  turnstile inbox steps --db postgres://turnstile@db:5432/agent --request-id 0b9c... --user u-12 --conversation c-7731
   turnstile inbox steps --db postgres://turnstile@db:5432/agent "0b9c.../5f0e..."
   turnstile inbox steps --db sqlite:/var/lib/agent/turnstile.db --key "0b9c.../5f0e..." --json
 `
@@ -147,9 +152,14 @@ func outboxList(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer done()
-	its, err := ib.Intents(ctx, filter)
+	its, more, err := attentionFirst(ctx, ib, filter)
 	if err != nil {
 		return err
+	}
+	if more {
+		defer fmt.Fprintf(e.stderr, "showing %d intents; more rows: raise --limit (now %d), or filter with --status or --conversation\n", len(its), *limit)
+	} else {
+		defer fmt.Fprintf(e.stderr, "%d intents\n", len(its))
 	}
 	out := make([]intentJSON, 0, len(its))
 	for _, it := range its {
@@ -165,6 +175,45 @@ func outboxList(ctx context.Context, e *env, args []string) error {
 			it.NextAt.Format(time.RFC3339), oneLine(it.Reason))
 	}
 	return tw.Flush()
+}
+
+// attentionFirst returns the intents filter selects, at most filter.Limit of them, dead first,
+// then pending by when next due, then delivered (oldest first, as the outbox lists them); a
+// filter.Status keeps that status only. more is whether there were more than filter.Limit.
+func attentionFirst(ctx context.Context, ib inbox.Outbox, filter inbox.IntentFilter) (its []inbox.Intent, more bool, err error) {
+	statuses := []inbox.IntentStatus{inbox.IntentDead, inbox.IntentPending, inbox.IntentDelivered}
+	if filter.Status != 0 {
+		statuses = []inbox.IntentStatus{filter.Status}
+	}
+	limit := filter.Limit
+	for _, st := range statuses {
+		if len(its) == limit {
+			more = more || hasIntents(ctx, ib, filter, st)
+			continue
+		}
+		f := filter
+		f.Status, f.Limit = st, limit-len(its)+1
+		got, err := ib.Intents(ctx, f)
+		if err != nil {
+			return nil, false, err
+		}
+		if len(got) == f.Limit {
+			got, more = got[:f.Limit-1], true
+		}
+		if st == inbox.IntentPending {
+			slices.SortStableFunc(got, func(a, b inbox.Intent) int { return a.NextAt.Compare(b.NextAt) })
+		}
+		its = append(its, got...)
+	}
+	return its, more, nil
+}
+
+// hasIntents reports whether filter, with status st, selects any intent (an error: it says
+// yes, so that the listing still says it may be cut).
+func hasIntents(ctx context.Context, ib inbox.Outbox, filter inbox.IntentFilter, st inbox.IntentStatus) bool {
+	filter.Status, filter.Limit = st, 1
+	got, err := ib.Intents(ctx, filter)
+	return err != nil || len(got) > 0
 }
 
 // oneLine keeps a reason on one line of a table.
@@ -197,9 +246,16 @@ func outboxRedrive(ctx context.Context, e *env, args []string) error {
 }
 
 func inboxSteps(ctx context.Context, e *env, args []string) error {
-	f := newFlags(e, "inbox steps", inboxStepsUsage).withDB().withJSON()
-	keyFlag := f.String("key", "", "the raw inbox key, instead of the first argument")
-	key, err := f.parseNamed(args, "key", keyFlag, "the inbox key")
+	f := newFlags(e, "inbox steps", inboxStepsUsage).withDB().withApp().withJSON()
+	kf := withEntryKey(f)
+	var raw string
+	if i := f.firstPositional(args); i >= 0 {
+		raw, args = args[i], append(append([]string(nil), args[:i]...), args[i+1:]...)
+	}
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	key, err := kf.resolve(f, raw)
 	if err != nil {
 		return err
 	}

@@ -36,8 +36,8 @@ The turn time is --turn-p50 and --turn-p99 (a log-normal distribution through bo
 of them alone is a constant turn time), or --samples, a file of measured turn times (one a
 line: a Go duration, 12.5s, or seconds, 12.5; "-" reads standard input).
 
-It prints a table (or --json) and writes --plot, a PNG or SVG (by its extension) of
-throughput against turns in flight: Little's law at the sizing percentile and at the mean,
+It prints a table (or --json) and, only when --plot names a file, writes there a PNG or SVG
+(by its extension) of throughput against turns in flight: Little's law at the sizing percentile and at the mean,
 and the curve from the distribution (the highest rate whose turns in flight stay within L
 99% of the time: with random arrivals they are Poisson-distributed around λ times the mean
 turn time), with the target marked.
@@ -274,7 +274,7 @@ func sizeCmd(_ context.Context, e *env, args []string) error {
 	maxInFlight := f.Int("max-in-flight", consumer.DefaultMaxInFlight, "turns one member runs at once (consumer.Config.MaxInFlight)")
 	perPartition := f.Int("max-in-flight-per-partition", 0, "turns one partition runs at once (consumer.Config.MaxInFlightPerPartition; 0: --max-in-flight)")
 	byPartition := f.Bool("ordering-by-partition", false, "the consumer runs a partition's records one at a time (consumer.OrderByPartition)")
-	plotPath := f.String("plot", "turnstile-size.png", "write the plot to this .png or .svg file (\"none\": no plot)")
+	plotPath := f.String("plot", "", "write the plot to this .png or .svg file (default: no plot)")
 	if err := f.parse(args); err != nil {
 		return err
 	}
@@ -332,7 +332,7 @@ func sizeCmd(_ context.Context, e *env, args []string) error {
 		per = *maxInFlight
 	}
 	s := size(times, *rate, *growth, *percentile, *maxInFlight, per)
-	if *plotPath != "none" {
+	if *plotPath != "" && *plotPath != "none" { // "none": what the default was before there was no plot by default
 		if err := writeSizePlot(s, *plotPath); err != nil {
 			return err
 		}

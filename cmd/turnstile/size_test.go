@@ -154,3 +154,19 @@ func TestSizeUsage(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, entries, 2, "no plot written")
 }
+
+// size writes a file only when --plot names one: it wrote turnstile-size.png into the working
+// directory on every run. (Not parallel: it changes the working directory.)
+func TestSizeWritesNoFileUnlessAsked(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	out := ok(t, "size", "--turn-p50=20s", "--rate=30")
+	require.NotContains(t, out, "Plot:")
+	s := sizeJSON(t, "--turn-p50=20s", "--rate=30")
+	require.Empty(t, s.Plot)
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Empty(t, entries, "no file written without --plot")
+	_, help, _ := cli(t, "size", "--help")
+	require.Contains(t, help, "only when --plot names a file")
+}
