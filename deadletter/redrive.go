@@ -109,7 +109,10 @@ type Outcome struct {
 // without its value is re-driven from its source record, read by its offset (ErrSourceGone when
 // retention removed it). A request whose entry is done, or in progress with an attempt begun,
 // is skipped; one re-driven and not begun yet is published again (Republished): re-driving the
-// same dead letter twice gives one turn. With Options.DryRun nothing is changed or published,
+// same dead letter twice gives one turn. A dead letter that can never pass is refused before
+// its inbox entry is touched: a record over the producer's size limit (ErrTooLarge) and,
+// unless Options.Force, a request the consumer's checks refuse (ErrNeverPasses). With
+// Options.DryRun nothing is changed or published,
 // and each Outcome says what the real run would do, from the same checks. Outcomes come back
 // in the order of letters, each with its own error; Redrive's own error is for what stops it
 // all: bad Options, the producer, or ctx ending, which returns the outcomes of the letters

@@ -334,7 +334,7 @@ func TestRedriveStopsWhenItsContextEnds(t *testing.T) {
 	for i := range 3 {
 		v, err := turntest.NewRequest("c", "u", "refund").Encode()
 		require.NoError(t, err)
-		letters = append(letters, deadletter.Letter{Topic: "dlq", Offset: int64(i), Value: v, Attempts: 1,
+		letters = append(letters, deadletter.Letter{Topic: "dlq", Offset: int64(i), Key: []byte("c"), Value: v, Attempts: 1,
 			Source: turn.Source{Topic: requests, Offset: int64(i)}})
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -345,4 +345,48 @@ func TestRedriveStopsWhenItsContextEnds(t *testing.T) {
 	require.Len(t, outcomes, 1)
 	require.Error(t, outcomes[0].Err)
 	require.Zero(t, kc.RecordCount(t, requests), "nothing published")
+}
+
+// Redrive refuses what can never pass, the dry run as the real run, before it touches the
+// inbox: a record over the client's Producer.MaxMessageBytes (ErrTooLarge) and a request the
+// consumer refuses (ErrNeverPasses: no user id, a key that is not its conversation), unless
+// Options.Force.
+func TestRedriveRefusesWhatCanNeverPass(t *testing.T) {
+	t.Parallel()
+	kc := turntest.NewCluster(t, turntest.Options{})
+	requests := kc.CreateTopic(t, "requests", 1)
+	client, err := sarama.NewClient(kc.Brokers(), kc.Config())
+	require.NoError(t, err)
+	defer client.Close()
+	letter := func(offset int64, key string, req turn.Request) deadletter.Letter {
+		v, err := req.Encode()
+		require.NoError(t, err)
+		return deadletter.Letter{Topic: "dlq", Offset: offset, Key: []byte(key), Value: v, Attempts: 1, RequestID: req.ID,
+			Source: turn.Source{Topic: requests, Offset: offset}}
+	}
+	noUser := turntest.NewRequest("c-1", "", "hi")
+	letters := []deadletter.Letter{
+		letter(0, "c-1", turntest.NewRequest("c-1", "u", strings.Repeat("x", 2000))),
+		letter(1, "c-1", noUser),
+		letter(2, "c-other", turntest.NewRequest("c-1", "u", "hi")),
+	}
+	client.Config().Producer.MaxMessageBytes = 1500
+	ib := inbox.NewMemoryInbox()
+	for _, dry := range []bool{true, false} {
+		outcomes, err := deadletter.Redrive(context.Background(), deadletter.Options{Client: client, Inbox: ib, Logger: quiet, DryRun: dry}, letters)
+		require.NoError(t, err)
+		require.ErrorIs(t, outcomes[0].Err, deadletter.ErrTooLarge, "dry run %t", dry)
+		require.ErrorIs(t, outcomes[1].Err, deadletter.ErrNeverPasses)
+		require.ErrorContains(t, outcomes[1].Err, "user_id")
+		require.ErrorIs(t, outcomes[2].Err, deadletter.ErrNeverPasses)
+		require.ErrorContains(t, outcomes[2].Err, "differs from conversation_id")
+	}
+	require.Zero(t, kc.RecordCount(t, requests), "nothing published")
+	outcomes, err := deadletter.Redrive(context.Background(), deadletter.Options{Client: client, Inbox: ib, Logger: quiet, Force: true}, letters[1:])
+	require.NoError(t, err)
+	for _, o := range outcomes {
+		require.NoError(t, o.Err)
+		require.Equal(t, deadletter.Redriven, o.Action)
+	}
+	require.EqualValues(t, 2, kc.RecordCount(t, requests), "forced")
 }
