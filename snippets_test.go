@@ -21,6 +21,7 @@ import (
 var snippetImports = map[string]string{
 	"context":                   "context.Background",
 	"database/sql":              "sql.Open",
+	"errors":                    "errors.New",
 	"log/slog":                  "slog.Default",
 	"net/http":                  "http.Handle",
 	"os":                        "os.Getenv",
@@ -32,6 +33,7 @@ var snippetImports = map[string]string{
 	"go.temporal.io/sdk/client": "client.Dial",
 	"go.temporal.io/sdk/worker": "worker.New",
 	"github.com/turnstile-go/turnstile/attachment/sqlattachment": "sqlattachment.New",
+	"github.com/turnstile-go/turnstile/console":                  "console.New",
 	"github.com/turnstile-go/turnstile/consumer":                 "consumer.New",
 	"github.com/turnstile-go/turnstile/inbox":                    "inbox.RunPurge",
 	"github.com/turnstile-go/turnstile/inbox/sqlinbox":           "sqlinbox.New",
