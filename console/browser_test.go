@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -178,6 +179,13 @@ func TestBrowser(t *testing.T) {
 		text("ol.timeline", &timeline),
 	)
 	require.Contains(t, timeline, "re-driven")
+
+	// The lag page shows the group's partitions once it committed.
+	require.Eventually(t, func() bool {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/lag", nil))
+		return rec.Code == http.StatusOK && strings.Count(rec.Body.String(), "<tr><td>") == 3
+	}, time.Minute, 50*time.Millisecond)
 	if *screenshots || os.Getenv("TURNSTILE_CONSOLE_SCREENSHOTS") == "1" {
 		for name, buf := range shots {
 			require.NoError(t, os.WriteFile(filepath.Join("..", "docs", "console-"+name+".png"), buf, 0o644))

@@ -19,10 +19,12 @@
 //
 // Every list is bounded and says when it is cut; the store lookups are by key or by index
 // (the session store's (app, conversation) and (app, user) indexes, the inbox's keys), so that
-// the pages answer in milliseconds with hundreds of thousands of turns stored. The outbox
-// listing by conversation and by state reads through the outbox's own indexes (see
-// inbox.Outbox.Intents). The dead letters are read from the dead-letter topic
-// (deadletter.Read) and kept for Config.DeadLetterTTL.
+// the pages answer in milliseconds with a hundred thousand turns stored (BENCHMARKS.md). Two
+// reads grow with the outbox instead: inbox/sqlinbox's outbox has no index by conversation, so
+// a timeline reads its conversation's intents only when one of its turns deferred a step, and
+// the outbox page's oldest intents of a rare state (dead) are found by walking the outbox in
+// creation order. The dead letters are read from the dead-letter topic (deadletter.Read) and
+// kept for Config.DeadLetterTTL.
 //
 // Mount it under a path prefix with Config.BasePath:
 //

@@ -18,6 +18,7 @@ import (
 	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/turn"
 	"github.com/turnstile-go/turnstile/turntest"
+	"github.com/turnstile-go/turnstile/workflow"
 )
 
 // seeded returns stores holding one conversation (c-1 of u-1) whose turn ran a step and
@@ -150,7 +151,8 @@ func TestSadPaths(t *testing.T) {
 	}
 }
 
-// A redrive form needs letters named as TOPIC/PARTITION/OFFSET of the dead-letter topic.
+// A redrive form needs letters named as TOPIC/PARTITION/OFFSET of the dead-letter topic; the
+// lag of a group that never committed is not found.
 func TestRedriveBadLetter(t *testing.T) {
 	t.Parallel()
 	st, _ := seeded(t)
@@ -160,8 +162,11 @@ func TestRedriveBadLetter(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = client.Close() })
 	h, err := New(Config{App: "shop", Sessions: st.sessions, Inbox: st.inbox, Kafka: client, DeadLetterTopic: dlq,
-		Actions: true, Authorize: func(*http.Request, Action) error { return nil }})
+		RequestsTopic: dlq, Group: "nope", Actions: true, Authorize: func(*http.Request, Action) error { return nil }})
 	require.NoError(t, err)
+	code, body := do(t, h, "GET", "/lag", nil, nil)
+	require.Equal(t, http.StatusNotFound, code, body)
+	require.Contains(t, body, "has no committed offsets")
 	for _, tc := range []struct {
 		form   url.Values
 		status int
@@ -179,4 +184,44 @@ func TestRedriveBadLetter(t *testing.T) {
 		require.Equal(t, tc.status, code, "%v: %s", tc.form, body)
 		require.Contains(t, body, tc.want)
 	}
+}
+
+// fakeHeld holds one conversation until it is released.
+type fakeHeld struct{ released []string }
+
+func (f *fakeHeld) Held(context.Context) ([]workflow.HeldConversation, error) {
+	if len(f.released) > 0 {
+		return nil, nil
+	}
+	return []workflow.HeldConversation{{WorkflowID: "turnstile-c-9", Status: workflow.Status{ConversationID: "c-9",
+		LastAppliedSequence: 1, PendingSequences: []int64{3}, Missing: []int64{2}, MissingCount: 1, Held: true}}}, nil
+}
+
+func (f *fakeHeld) Release(_ context.Context, conv, _ string) (workflow.Released, error) {
+	if conv != "c-9" {
+		return workflow.Released{}, errors.New("not held")
+	}
+	f.released = append(f.released, conv)
+	return workflow.Released{Skipped: []int64{2}, Count: 1, LastAppliedSequence: 3}, nil
+}
+
+// The held page lists the held conversations with a release form; release releases one.
+func TestHeldAndRelease(t *testing.T) {
+	t.Parallel()
+	held := &fakeHeld{}
+	h, err := New(Config{Held: held, Actions: true, Authorize: func(*http.Request, Action) error { return nil }})
+	require.NoError(t, err)
+	code, body := do(t, h, "GET", "/held", nil, nil)
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, "turnstile-c-9")
+	require.Contains(t, body, `action="/held/release"`)
+	code, body = do(t, h, "POST", "/held/release", url.Values{"token": {h.token}}, nil)
+	require.Equal(t, http.StatusBadRequest, code, body)
+	code, body = do(t, h, "POST", "/held/release", url.Values{"token": {h.token}, "conversation": {"c-1"}}, nil)
+	require.Equal(t, http.StatusInternalServerError, code, body)
+	require.Contains(t, body, "not held")
+	code, body = do(t, h, "POST", "/held/release", url.Values{"token": {h.token}, "conversation": {"c-9"}}, nil)
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, "skipped 1 sequence(s) [2]")
+	require.Equal(t, []string{"c-9"}, held.released)
 }

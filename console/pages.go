@@ -232,7 +232,8 @@ func (h *Handler) timeline(ctx context.Context, r *http.Request) (page, error) {
 }
 
 // fillTurns reads each turn's inbox entry and steps by its inbox key, and the conversation's
-// outbox intents.
+// outbox intents when a step was deferred (the outbox lists intents by conversation without
+// an index of its own: the read is skipped when it cannot find any).
 func (h *Handler) fillTurns(ctx context.Context, p *timelinePage, turns map[string]*turnView, order []string) error {
 	if h.cfg.Inbox == nil {
 		p.Notes = append(p.Notes, "The inbox is not configured: no entries, steps or intents shown.")
@@ -240,6 +241,7 @@ func (h *Handler) fillTurns(ctx context.Context, p *timelinePage, turns map[stri
 	}
 	journal, _ := h.cfg.Inbox.(inbox.Journal)
 	byKey := map[string]*turnView{}
+	deferred := journal == nil // without the journal, look for intents anyway
 	for _, id := range order {
 		t := turns[id]
 		if p.Key.User == "" {
@@ -263,12 +265,13 @@ func (h *Handler) fillTurns(ctx context.Context, p *timelinePage, turns map[stri
 			return err
 		}
 		for _, s := range steps {
+			deferred = deferred || s.Deferred
 			t.Steps = append(t.Steps, stepView{Step: s, Key: turn.SessionToolKey(p.Key, id, fmt.Sprintf("%s#%d", s.Name, s.Ordinal))})
 		}
 	}
 	outbox, ok := h.cfg.Inbox.(inbox.Outbox)
-	if !ok {
-		return nil
+	if !ok || !deferred {
+		return nil // an intent is a deferred step's: none among the steps, none to look for
 	}
 	intents, err := outbox.Intents(ctx, inbox.IntentFilter{Conversation: p.Conversation, Limit: maxLimit + 1})
 	if err != nil {
