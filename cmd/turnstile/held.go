@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"text/tabwriter"
 
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 
@@ -23,6 +25,13 @@ Config.SearchAttributes) and asks each one's status query, which says whether it
 visibility lags the workflows by a second or so. --json prints each one's status instead of
 the table. 'turnstile release' releases one.
 
+A workflow that does not answer its status query within --query-timeout (no worker running,
+a worker down or too slow) is reported, by workflow id, and held exits 1: whether it is held
+is not known. With no worker polling --task-queue the workflows are not asked (nothing would
+answer) and each is reported. A --task-queue that no worker polls and no running conversation
+workflow uses (mistyped?) exits 3, naming the task queues the running conversation workflows
+use.
+
 Examples:
   turnstile held --temporal temporal:7233 --task-queue turnstile
   turnstile held --temporal temporal:7233 --task-queue turnstile --search-attributes --json
@@ -34,7 +43,9 @@ missing sequence below its highest held one, reports each as a dead letter with 
 "gap" (its error header says why, with --reason), and applies the held requests in order. A
 request of a skipped sequence that comes later is dead-lettered. BridgeOptions.Config.GapTimeout
 does the same by itself once a conversation has been held that long. --json prints the
-conversation, the skipped sequences, their count and the applied mark after them.
+conversation, the skipped sequences, their count and the applied mark after them. A
+conversation without a running workflow, or a --task-queue (optional here) that no worker
+polls and no conversation workflow uses, exits 3.
 
 Examples:
   turnstile release --temporal temporal:7233 --conversation c-7731 --reason "producer lost 2 (ops: ada)"
@@ -98,19 +109,63 @@ func (t temporalFlags) open(ctx context.Context, f *flags, args []string, requir
 	return b, ctx, func() { cancel(); closeClient() }, nil
 }
 
+// knownTaskQueue returns a not-found error when b's task queue has no poller and no running
+// conversation workflow (workflow.Bridge.TaskQueueUse), naming the task queues the running
+// conversation workflows use.
+func knownTaskQueue(ctx context.Context, b *workflow.Bridge, queue string) error {
+	pollers, running, err := b.TaskQueueUse(ctx)
+	if err != nil || pollers > 0 || running > 0 {
+		return err
+	}
+	queues, err := b.TaskQueues(ctx, 20)
+	if err != nil {
+		return err
+	}
+	known := "none"
+	if len(queues) > 0 {
+		known = strings.Join(queues, ", ")
+	}
+	return fmt.Errorf("%w: task queue %q: no worker polls it and no conversation workflow runs on it (mistyped --task-queue?); "+
+		"the running conversation workflows use: %s", errNotFound, queue, known)
+}
+
 func heldCmd(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "held", heldUsage).withJSON()
 	tf := withTemporal(f)
+	queryTimeout := f.Duration("query-timeout", workflow.DefaultHeldQueryTimeout, "how long each workflow's status query may wait for an answer")
 	b, ctx, done, err := tf.open(ctx, f, args, "task-queue")
 	if err != nil {
 		return err
 	}
 	defer done()
-	held, err := b.Held(ctx)
+	if *queryTimeout <= 0 {
+		return usagef("--query-timeout must be positive")
+	}
+	rep, err := b.HeldReport(ctx, workflow.HeldOptions{QueryTimeout: *queryTimeout})
 	if err != nil {
 		return err
 	}
-	if *f.json {
+	if rep.Asked == 0 {
+		if err := knownTaskQueue(ctx, b, *tf.taskQueue); err != nil {
+			return err
+		}
+	}
+	if err := printHeld(e, *f.json, rep.Held); err != nil {
+		return err
+	}
+	if n := len(rep.Unanswered); n > 0 {
+		for _, u := range rep.Unanswered {
+			fmt.Fprintf(e.stderr, "no answer: %s: %s\n", u.WorkflowID, u.Error)
+		}
+		return fmt.Errorf("%d of %d conversation workflows did not answer their status query: whether they are held is not known", n, rep.Asked)
+	}
+	return nil
+}
+
+// printHeld prints the held conversations as held's table (with their count on stderr) or
+// JSON.
+func printHeld(e *env, asJSON bool, held []workflow.HeldConversation) error {
+	if asJSON {
 		if held == nil {
 			held = []workflow.HeldConversation{}
 		}
@@ -143,11 +198,19 @@ func releaseCmd(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer done()
+	if *tf.taskQueue != "" {
+		if err := knownTaskQueue(ctx, b, *tf.taskQueue); err != nil {
+			return err
+		}
+	}
 	why := *reason
 	if why == "" {
 		why = "released with turnstile release"
 	}
 	out, err := b.Release(ctx, *conv, why)
+	if errors.As(err, new(*serviceerror.NotFound)) {
+		return fmt.Errorf("%w: no running workflow of conversation %q (workflow %s): %w", errNotFound, *conv, b.WorkflowID(*conv), err)
+	}
 	if err != nil {
 		return err
 	}

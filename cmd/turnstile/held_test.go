@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -54,6 +55,7 @@ type temporalService struct {
 	results, dlq string
 	bridge       *workflow.Bridge
 	kc           *turntest.Cluster
+	stopWorker   func() // stops the worker (once; the test's end does too)
 }
 
 func startTemporalService(t *testing.T) *temporalService {
@@ -75,7 +77,8 @@ func startTemporalService(t *testing.T) *temporalService {
 	w := tworker.New(c, s.queue, tworker.Options{})
 	require.NoError(t, workflow.Register(w, workflow.WorkerOptions{Runner: r, Publisher: pub, States: &workflow.MemoryLedger{}, Logger: quiet}))
 	require.NoError(t, w.Start())
-	t.Cleanup(w.Stop)
+	s.stopWorker = sync.OnceFunc(w.Stop)
+	t.Cleanup(s.stopWorker)
 	s.bridge, err = workflow.NewBridge(c, workflow.BridgeOptions{TaskQueue: s.queue, Logger: quiet,
 		Config: workflow.Config{SearchAttributes: true}})
 	require.NoError(t, err)
