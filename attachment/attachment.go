@@ -251,6 +251,16 @@ type Retention interface {
 	DeleteIdle(ctx context.Context, app string, before time.Time) (int64, error)
 }
 
+// UserCounter is a Retention that counts a user's attachments: what DeleteUser would delete
+// now (turn.Retention.EraseUser's dry run). MemoryStore, fsattachment and sqlattachment
+// implement it.
+type UserCounter interface {
+	Retention
+	// CountUser returns how many attachments user has in app. Errors: ErrInvalid (an empty
+	// app or user).
+	CountUser(ctx context.Context, app, user string) (int64, error)
+}
+
 // PutBytes puts content, held in memory, into s under owner: s.Put with a reader of content.
 // Errors: s.Put's.
 func PutBytes(ctx context.Context, s Store, owner Owner, name, mediaType string, content []byte) (Ref, error) {

@@ -126,6 +126,21 @@ func (s *MemoryStore) DeleteUser(ctx context.Context, app, user string) (int64, 
 	return n, nil
 }
 
+var _ UserCounter = (*MemoryStore)(nil)
+
+// CountUser implements UserCounter.
+func (s *MemoryStore) CountUser(ctx context.Context, app, user string) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if app == "" || user == "" {
+		return 0, fmt.Errorf("%w: CountUser needs an app and a user", ErrInvalid)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return int64(len(s.entries[Owner{App: app, User: user}])), nil
+}
+
 // DeleteIdle implements Retention.
 func (s *MemoryStore) DeleteIdle(ctx context.Context, app string, before time.Time) (int64, error) {
 	if err := ctx.Err(); err != nil {

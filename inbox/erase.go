@@ -40,6 +40,27 @@ type Eraser interface {
 	Erase(ctx context.Context, scopes []Scope) (int64, error)
 }
 
+// EraseCounts counts, kind by kind, what an erasure deletes (or, in a dry run, would delete).
+type EraseCounts struct {
+	// Entries counts inbox entries, each with its stored result or failure reason.
+	Entries int64 `json:"entries"`
+	// Steps counts the journal steps of those entries: model and tool outputs.
+	Steps int64 `json:"steps"`
+	// Intents counts outbox intents, each with its payload, pending ones too.
+	Intents int64 `json:"intents"`
+}
+
+// EraseCounter is an Eraser that counts what it erases kind by kind, and counts without
+// erasing: turn.Retention.EraseUser needs it for its counts and its dry run. MemoryInbox and
+// inbox/sqlinbox's Inbox implement it.
+type EraseCounter interface {
+	Eraser
+	// EraseCounted is Erase that counts each kind; with dryRun it deletes nothing and returns
+	// what Erase would delete at that moment (sqlinbox runs the same deletes in a transaction
+	// it rolls back). Errors: Erase's.
+	EraseCounted(ctx context.Context, scopes []Scope, dryRun bool) (EraseCounts, error)
+}
+
 // CheckScopes reports the ErrInvalid of Eraser.Erase for scopes, nil when Erase may take
 // them: for Eraser implementations.
 func CheckScopes(scopes []Scope) error {
@@ -82,26 +103,35 @@ func (s ScopeSet) Conversations() []string {
 	return slices.Sorted(maps.Keys(s))
 }
 
-var _ Eraser = (*MemoryInbox)(nil)
+var _ EraseCounter = (*MemoryInbox)(nil)
 
 // Erase implements Eraser, one shard at a time and then the outbox.
 func (b *MemoryInbox) Erase(ctx context.Context, scopes []Scope) (int64, error) {
+	n, err := b.EraseCounted(ctx, scopes, false)
+	return n.Entries + n.Intents, err
+}
+
+// EraseCounted implements EraseCounter.
+func (b *MemoryInbox) EraseCounted(ctx context.Context, scopes []Scope, dryRun bool) (EraseCounts, error) {
+	var n EraseCounts
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return n, err
 	}
 	if err := CheckScopes(scopes); err != nil {
-		return 0, err
+		return n, err
 	}
 	set := NewScopeSet(scopes)
-	var n int64
 	for i := range b.shards {
 		sh := &b.shards[i]
 		sh.mu.Lock()
 		for key, e := range sh.entries {
 			if set.Selects(e.Conversation, key) {
-				delete(sh.entries, key)
-				delete(sh.steps, key)
-				n++
+				n.Entries++
+				n.Steps += int64(len(sh.steps[key]))
+				if !dryRun {
+					delete(sh.entries, key)
+					delete(sh.steps, key)
+				}
 			}
 		}
 		sh.mu.Unlock()
@@ -111,8 +141,10 @@ func (b *MemoryInbox) Erase(ctx context.Context, scopes []Scope) (int64, error) 
 	defer o.mu.Unlock()
 	for id, it := range o.intents {
 		if set.Selects(it.Conversation, it.Key) {
-			delete(o.intents, id)
-			n++
+			n.Intents++
+			if !dryRun {
+				delete(o.intents, id)
+			}
 		}
 	}
 	return n, nil

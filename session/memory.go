@@ -215,10 +215,27 @@ func (s *MemoryStore) Delete(ctx context.Context, key Key) error {
 
 // DeleteUser implements Retention.
 func (s *MemoryStore) DeleteUser(ctx context.Context, app, user string) (int64, error) {
+	n, err := s.DeleteUserCounted(ctx, app, user, false)
+	return n.Sessions, err
+}
+
+var _ UserEraser = (*MemoryStore)(nil)
+
+// DeleteUserCounted implements UserEraser.
+func (s *MemoryStore) DeleteUserCounted(ctx context.Context, app, user string, dryRun bool) (UserCounts, error) {
+	var n UserCounts
 	if app == "" || user == "" {
-		return 0, fmt.Errorf("%w: DeleteUser needs an app and a user", ErrInvalid)
+		return n, fmt.Errorf("%w: DeleteUser needs an app and a user", ErrInvalid)
 	}
-	return s.deleteWhere(ctx, func(k appConv, m *memSession) bool { return k.app == app && m.user == user })
+	var err error
+	n.Sessions, err = s.deleteWhere(ctx, dryRun, func(k appConv, m *memSession) bool {
+		if k.app != app || m.user != user {
+			return false
+		}
+		n.Events += int64(len(m.events))
+		return true
+	})
+	return n, err
 }
 
 // DeleteIdle implements Retention.
@@ -226,11 +243,12 @@ func (s *MemoryStore) DeleteIdle(ctx context.Context, app string, before time.Ti
 	if app == "" {
 		return 0, fmt.Errorf("%w: DeleteIdle needs an app", ErrInvalid)
 	}
-	return s.deleteWhere(ctx, func(k appConv, m *memSession) bool { return k.app == app && m.updatedAt.Before(before) })
+	return s.deleteWhere(ctx, false, func(k appConv, m *memSession) bool { return k.app == app && m.updatedAt.Before(before) })
 }
 
-// deleteWhere deletes the sessions match selects, one shard at a time.
-func (s *MemoryStore) deleteWhere(ctx context.Context, match func(appConv, *memSession) bool) (int64, error) {
+// deleteWhere deletes the sessions match selects, one shard at a time, and returns how many
+// it selected; a dry run only counts them.
+func (s *MemoryStore) deleteWhere(ctx context.Context, dryRun bool, match func(appConv, *memSession) bool) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -240,7 +258,9 @@ func (s *MemoryStore) deleteWhere(ctx context.Context, match func(appConv, *memS
 		sh.mu.Lock()
 		for k, m := range sh.sessions {
 			if match(k, m) {
-				delete(sh.sessions, k)
+				if !dryRun {
+					delete(sh.sessions, k)
+				}
 				n++
 			}
 		}

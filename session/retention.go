@@ -25,3 +25,21 @@ type Retention interface {
 	// kept. Errors: ErrInvalid (an empty app).
 	DeleteIdle(ctx context.Context, app string, before time.Time) (int64, error)
 }
+
+// UserCounts counts a user's sessions and the events of their histories (compactions'
+// checkpoints are events too); each session's state lives in its row.
+type UserCounts struct {
+	Sessions int64 `json:"sessions"`
+	Events   int64 `json:"events"`
+}
+
+// UserEraser is a Retention whose user deletion counts each kind, and counts without
+// deleting: turn.Retention.EraseUser needs it for its counts and its dry run. MemoryStore and
+// session/sqlsession's Store implement it.
+type UserEraser interface {
+	Retention
+	// DeleteUserCounted is DeleteUser that also counts the events deleted; with dryRun it
+	// deletes nothing and returns what DeleteUser would delete at that moment. Errors:
+	// DeleteUser's.
+	DeleteUserCounted(ctx context.Context, app, user string, dryRun bool) (UserCounts, error)
+}

@@ -61,6 +61,10 @@ type Retention struct {
 	// DefaultSessionIdle. Keep it at least InboxHorizon: DeleteUser finds a user's inbox
 	// entries through their sessions.
 	SessionIdle time.Duration
+	// External, when set, erases what the service keeps of a user outside these stores, in
+	// EraseUser and DeleteUser (before these stores): in Temporal mode, workflow.UserEraser
+	// (the conversation workflows' histories and the hand-off ledger).
+	External UserEraser
 	// AttachmentIdle is how long an attachment is kept after its last Put; default
 	// DefaultAttachmentIdle. Keep it longer than the requests topic's retention.ms: a request
 	// whose attachment is gone before its turn ran is dead-lettered.
@@ -213,72 +217,17 @@ func (r Retention) Schedule(ctx context.Context) error {
 	}
 }
 
-// DeleteUser deletes what turnstile keeps of user in App, whatever its age (a data-deletion
-// request): first the inbox entries of the user's conversations, in progress, done or dead,
-// with their journals and their outbox intents, pending ones too (inbox.Eraser.Erase, over
-// the conversations session.UserLister lists, each under the user's own inbox keys); then
-// the user's sessions with their histories, checkpoints and states; then the user's
-// attachments. It stops at the first failure, so a call that failed can be made again: the
-// sessions that lead to the inbox entries go only after the entries.
-//
-// A turn of the user in flight meanwhile may store its entry and start a fresh session after
-// it (as session.Retention.DeleteUser says); inbox entries of conversations the user has no
-// session for (a request refused before its session was made) go with the inbox's purge.
-// In Temporal mode call workflow.DeleteUser too; the records on Kafka's topics go with the
-// topics' retention.
-//
-// Errors: an empty user; an Inbox that is not an inbox.Eraser, or one set with Sessions that
-// is nil or not a session.UserLister (nothing is deleted then: check the stores with a user
-// of no data); a store that wraps another (turn/turnotel's, through an Unwrap method) is
-// looked through for them, and their calls are not traced. Then the stores' errors.
+// DeleteUser is EraseUser, not a dry run, with its counts summed up as Deleted's: Inbox counts
+// the inbox entries and the outbox intents, Sessions the sessions, Attachments the
+// attachments (the events, the journal steps and what External erased are in EraseUser's
+// Erasure). Errors are EraseUser's.
 func (r Retention) DeleteUser(ctx context.Context, user string) (Deleted, error) {
-	var d Deleted
-	if user == "" {
-		return d, errors.New("turn: Retention.DeleteUser: empty user")
-	}
-	app := r.app()
-	if r.Inbox != nil {
-		eraser, ok := unwrapAs[inbox.Eraser](r.Inbox)
-		if !ok {
-			return d, fmt.Errorf("turn: Retention.DeleteUser: the inbox (%T) is not an inbox.Eraser: the user's entries would stay until the purge", r.Inbox)
-		}
-		lister, ok := unwrapAs[session.UserLister](r.Sessions)
-		if !ok {
-			return d, fmt.Errorf("turn: Retention.DeleteUser: the sessions (%T) are not a session.UserLister: the user's conversations, and so their inbox entries, cannot be found", r.Sessions)
-		}
-		keys, err := lister.UserSessions(ctx, app, user)
-		if err != nil {
-			return d, fmt.Errorf("turn: Retention.DeleteUser: list the sessions of %s in %s: %w", user, app, err)
-		}
-		for len(keys) > 0 {
-			part := keys[:min(len(keys), inbox.MaxEraseScopes)]
-			keys = keys[len(part):]
-			scopes := make([]inbox.Scope, len(part))
-			for i, k := range part {
-				scopes[i] = inbox.Scope{Conversation: k.Conversation, KeySuffix: inboxKeySuffix(app, user, k.Conversation)}
-			}
-			n, err := eraser.Erase(ctx, scopes)
-			d.Inbox += n
-			if err != nil {
-				return d, fmt.Errorf("turn: Retention.DeleteUser: erase the inbox entries of %s in %s: %w", user, app, err)
-			}
-		}
-	}
-	if r.Sessions != nil {
-		n, err := r.Sessions.DeleteUser(ctx, app, user)
-		d.Sessions = n
-		if err != nil {
-			return d, fmt.Errorf("turn: Retention.DeleteUser: delete the sessions of %s in %s: %w", user, app, err)
-		}
-	}
-	if r.Attachments != nil {
-		n, err := r.Attachments.DeleteUser(ctx, app, user)
-		d.Attachments = n
-		if err != nil {
-			return d, fmt.Errorf("turn: Retention.DeleteUser: delete the attachments of %s in %s: %w", user, app, err)
-		}
-	}
-	return d, nil
+	e, err := r.EraseUser(ctx, user, false)
+	return Deleted{
+		Inbox:       e.Count(ErasedInboxEntries) + e.Count(ErasedOutboxIntents),
+		Sessions:    e.Count(ErasedSessions),
+		Attachments: e.Count(ErasedAttachments),
+	}, err
 }
 
 // unwrapAs returns v as a T, or the store it wraps (a decorator's Unwrap method returning a

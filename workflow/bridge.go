@@ -220,7 +220,8 @@ func (b *Bridge) send(ctx context.Context, conv string, envs []Envelope) error {
 	}
 	sctx := WithHeaders(ctx, envs[len(envs)-1].Headers)
 	_, err := b.c.SignalWithStartWorkflow(sctx, b.WorkflowID(conv), SignalName, batch,
-		client.StartWorkflowOptions{ID: b.WorkflowID(conv), TaskQueue: b.opts.TaskQueue},
+		client.StartWorkflowOptions{ID: b.WorkflowID(conv), TaskQueue: b.opts.TaskQueue,
+			TypedSearchAttributes: b.startAttributes(conv, envs[0].Request.UserID)},
 		WorkflowName, State{ConversationID: conv, Config: b.opts.Config})
 	if err != nil {
 		err = classifyTemporal(ctx, err)

@@ -36,6 +36,21 @@ type LedgerEraser interface {
 	DeleteUser(ctx context.Context, userID string, conversationIDs []string) (int64, error)
 }
 
+// LedgerUserEraser is a LedgerEraser that finds and counts a user's rows. DeleteUser and
+// UserEraser reach through it the conversations that never applied a request (all their
+// requests held at a sequence gap: no session, and without Config.SearchAttributes nothing in
+// the visibility store), and UserEraser's dry run counts with it. SQLLedger and MemoryLedger
+// implement it.
+type LedgerUserEraser interface {
+	LedgerEraser
+	// UserConversations returns, ascending, the conversations in which userID handed off a
+	// request and no other user has a row (a request sent to another user's conversation,
+	// which the Runner refuses, does not lead to it). Errors: an empty user id, the store's.
+	UserConversations(ctx context.Context, userID string) ([]string, error)
+	// CountUser returns how many rows DeleteUser would delete now.
+	CountUser(ctx context.Context, userID string, conversationIDs []string) (int64, error)
+}
+
 // RunLedgerPurge purges l by age on s's schedule, as inbox.RunPurge does the inbox: at once
 // and then every s.Every, the hand-offs recorded before now less s.Horizon, until ctx ends.
 // Keep s.Horizon longer than a gap may stay open (Reconcile re-sends a gap from the ledger, and
@@ -76,12 +91,80 @@ func (l *SQLLedger) Purge(ctx context.Context, before time.Time) (int64, error) 
 
 // DeleteUser implements LedgerEraser in one transaction.
 func (l *SQLLedger) DeleteUser(ctx context.Context, userID string, conversationIDs []string) (int64, error) {
+	return l.deleteUser(ctx, userID, conversationIDs, false)
+}
+
+// CountUser implements LedgerUserEraser: DeleteUser's statements in a transaction rolled back.
+func (l *SQLLedger) CountUser(ctx context.Context, userID string, conversationIDs []string) (int64, error) {
+	return l.deleteUser(ctx, userID, conversationIDs, true)
+}
+
+// UserConversations implements LedgerUserEraser.
+func (l *SQLLedger) UserConversations(ctx context.Context, userID string) ([]string, error) {
+	if userID == "" {
+		return nil, errors.New("workflow: ledger: UserConversations: empty user id")
+	}
+	var rows []ledgerOwner
+	err := func() error {
+		r, err := l.db.QueryContext(ctx, l.d.Query(`
+			SELECT conversation_id, user_id FROM {p}handoffs WHERE conversation_id IN (SELECT conversation_id FROM {p}handoffs WHERE user_id = $1)
+			UNION SELECT conversation_id, user_id FROM {p}conversation_states WHERE conversation_id IN (SELECT conversation_id FROM {p}handoffs WHERE user_id = $1)
+			UNION SELECT conversation_id, user_id FROM {p}overflow WHERE conversation_id IN (SELECT conversation_id FROM {p}handoffs WHERE user_id = $1)`), userID)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		for r.Next() {
+			var o ledgerOwner
+			if err := r.Scan(&o.conv, &o.user); err != nil {
+				return err
+			}
+			rows = append(rows, o)
+		}
+		return r.Err()
+	}()
+	if err != nil {
+		return nil, fmt.Errorf("workflow: ledger: conversations of %s: %w", userID, sqldialect.ClassifyContext(ctx, err))
+	}
+	return ownConversations(userID, rows), nil
+}
+
+// ledgerOwner is a ledger row's conversation and user.
+type ledgerOwner struct{ conv, user string }
+
+// ownConversations returns, ascending, the conversations of rows in which userID has a row and
+// no other user has one: UserConversations' rule, so that a request a user sent to another's
+// conversation (refused, G7) does not lead to that conversation.
+func ownConversations(userID string, rows []ledgerOwner) []string {
+	mine, other := map[string]bool{}, map[string]bool{}
+	for _, r := range rows {
+		switch r.user {
+		case userID:
+			mine[r.conv] = true
+		case "":
+		default:
+			other[r.conv] = true
+		}
+	}
+	out := []string{}
+	for conv := range mine {
+		if !other[conv] {
+			out = append(out, conv)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// deleteUser is DeleteUser, rolled back in a dry run.
+func (l *SQLLedger) deleteUser(ctx context.Context, userID string, conversationIDs []string, dryRun bool) (int64, error) {
 	if userID == "" {
 		return 0, errors.New("workflow: ledger: DeleteUser: empty user id")
 	}
 	tables := []string{"handoffs", "conversation_states", "overflow"}
 	var total int64
 	err := l.d.Write(ctx, l.db, func() error {
+		total = 0 // Write may call again
 		tx, err := l.db.BeginTx(ctx, nil)
 		if err != nil {
 			return err
@@ -105,6 +188,9 @@ func (l *SQLLedger) DeleteUser(ctx context.Context, userID string, conversationI
 					return err
 				}
 			}
+		}
+		if dryRun {
+			return tx.Rollback()
 		}
 		return tx.Commit()
 	})
@@ -135,6 +221,40 @@ func (l *MemoryLedger) Purge(_ context.Context, before time.Time) (int64, error)
 
 // DeleteUser implements LedgerEraser.
 func (l *MemoryLedger) DeleteUser(_ context.Context, userID string, conversationIDs []string) (int64, error) {
+	return l.deleteUser(userID, conversationIDs, false)
+}
+
+// CountUser implements LedgerUserEraser.
+func (l *MemoryLedger) CountUser(_ context.Context, userID string, conversationIDs []string) (int64, error) {
+	return l.deleteUser(userID, conversationIDs, true)
+}
+
+// UserConversations implements LedgerUserEraser.
+func (l *MemoryLedger) UserConversations(_ context.Context, userID string) ([]string, error) {
+	if userID == "" {
+		return nil, errors.New("workflow: ledger: UserConversations: empty user id")
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var rows []ledgerOwner
+	for id, c := range l.convs {
+		for _, r := range c.bySeq {
+			rows = append(rows, ledgerOwner{id, r.env.Request.UserID})
+		}
+	}
+	for id, st := range l.states {
+		rows = append(rows, ledgerOwner{id, st.UserID})
+	}
+	for id, q := range l.overflow {
+		for _, env := range q {
+			rows = append(rows, ledgerOwner{id, env.Request.UserID})
+		}
+	}
+	return ownConversations(userID, rows), nil
+}
+
+// deleteUser is DeleteUser; a dry run only counts.
+func (l *MemoryLedger) deleteUser(userID string, conversationIDs []string, dryRun bool) (int64, error) {
 	if userID == "" {
 		return 0, errors.New("workflow: ledger: DeleteUser: empty user id")
 	}
@@ -145,24 +265,30 @@ func (l *MemoryLedger) DeleteUser(_ context.Context, userID string, conversation
 		whole := slices.Contains(conversationIDs, id)
 		for seq, r := range c.bySeq {
 			if whole || r.env.Request.UserID == userID {
-				delete(c.bySeq, seq)
+				if !dryRun {
+					delete(c.bySeq, seq)
+				}
 				n++
 			}
 		}
-		if len(c.bySeq) == 0 {
+		if len(c.bySeq) == 0 && !dryRun {
 			delete(l.convs, id)
 		}
 	}
 	for id, st := range l.states {
 		if st.UserID == userID || slices.Contains(conversationIDs, id) {
-			delete(l.states, id)
+			if !dryRun {
+				delete(l.states, id)
+			}
 			n++
 		}
 	}
 	for id, q := range l.overflow {
 		for pos, env := range q {
 			if env.Request.UserID == userID || slices.Contains(conversationIDs, id) {
-				delete(q, pos)
+				if !dryRun {
+					delete(q, pos)
+				}
 				n++
 			}
 		}
@@ -182,7 +308,8 @@ type UserDeletion struct {
 	// IDPrefix is BridgeOptions.IDPrefix; default DefaultIDPrefix.
 	IDPrefix string
 	// Ledger, when set, loses the user's rows and every row of the conversations found
-	// (LedgerEraser.DeleteUser).
+	// (LedgerEraser.DeleteUser). When it is a LedgerUserEraser (SQLLedger, MemoryLedger), the
+	// conversations where it finds the user's hand-offs are the user's too.
 	Ledger LedgerEraser
 	// Reason is recorded on each terminated run; default "per-user deletion".
 	Reason string
@@ -202,9 +329,11 @@ type UserDeleted struct {
 }
 
 // DeleteUser removes what Temporal mode keeps of one user (a data-deletion request, beside
-// the session store's DeleteUser): every run of the user's conversation workflows, found in
-// the visibility store (TurnstileUser = userID, when the workflows keep search attributes)
-// and by opts.Conversations, is deleted with its history through the WorkflowService's
+// the session store's DeleteUser; turn.Retention.EraseUser with UserEraser as its External
+// does both): every run of the user's conversation workflows, found in the visibility store
+// (TurnstileUser = userID, when the workflows keep search attributes: the Bridge sets it when
+// its request starts the run, so a conversation held at a gap is found too), by
+// opts.Conversations and by the ledger's hand-offs of the user (LedgerUserEraser), is deleted with its history through the WorkflowService's
 // DeleteWorkflowExecution (a running run is terminated by it first, in the same step), since
 // the histories hold the texts of the user's requests (the inputs of signals and
 // activities); then the user's ledger rows go (opts.Ledger). Without the deletion, a closed
@@ -224,14 +353,10 @@ func DeleteUser(ctx context.Context, c client.Client, userID string, opts UserDe
 	case userID == "":
 		return out, errors.New("workflow: DeleteUser: empty user id")
 	}
-	if opts.Namespace == "" {
-		opts.Namespace = "default"
-	}
-	if opts.IDPrefix == "" {
-		opts.IDPrefix = DefaultIDPrefix
-	}
-	if opts.Reason == "" {
-		opts.Reason = "per-user deletion"
+	opts = opts.withDefaults()
+	opts, err := withLedgerConversations(ctx, userID, opts)
+	if err != nil {
+		return out, err
 	}
 	runs, convs, err := userRuns(ctx, c, userID, opts)
 	if err != nil {
@@ -261,6 +386,37 @@ func DeleteUser(ctx context.Context, c client.Client, userID string, opts UserDe
 		}
 	}
 	return out, nil
+}
+
+// withDefaults returns o with its defaults set.
+func (o UserDeletion) withDefaults() UserDeletion {
+	if o.Namespace == "" {
+		o.Namespace = "default"
+	}
+	if o.IDPrefix == "" {
+		o.IDPrefix = DefaultIDPrefix
+	}
+	if o.Reason == "" {
+		o.Reason = "per-user deletion"
+	}
+	return o
+}
+
+// withLedgerConversations returns opts with the conversations the ledger finds the user in
+// (LedgerUserEraser.UserConversations) added to Conversations.
+func withLedgerConversations(ctx context.Context, userID string, opts UserDeletion) (UserDeletion, error) {
+	l, ok := opts.Ledger.(LedgerUserEraser)
+	if !ok {
+		return opts, nil
+	}
+	convs, err := l.UserConversations(ctx, userID)
+	if err != nil {
+		return opts, fmt.Errorf("workflow: DeleteUser: %w", err)
+	}
+	opts.Conversations = append(slices.Clone(opts.Conversations), convs...)
+	slices.Sort(opts.Conversations)
+	opts.Conversations = slices.Compact(opts.Conversations)
+	return opts, nil
 }
 
 // gone reports whether err says the run is not there (deleted already) or closed already.

@@ -7,7 +7,8 @@ import (
 )
 
 // The typed search attributes a conversation workflow keeps up to date when
-// Config.SearchAttributes is on, so that an operator finds a user's conversations
+// Config.SearchAttributes is on (the Bridge sets TurnstileConversation and TurnstileUser when
+// its request starts the run), so that an operator finds a user's conversations
 // (TurnstileUser = "u-12") or the stuck ones (TurnstilePending > 0) with a list query.
 var (
 	// SearchConversation is the conversation id (Keyword).
@@ -31,6 +32,25 @@ var SearchAttributeTypes = map[string]enums.IndexedValueType{
 	SearchLastApplied.GetName():   enums.INDEXED_VALUE_TYPE_INT,
 	SearchPending.GetName():       enums.INDEXED_VALUE_TYPE_INT,
 	SearchLastErrorKind.GetName(): enums.INDEXED_VALUE_TYPE_KEYWORD,
+}
+
+// startAttributes returns the search attributes of a run that a request of user in conv
+// starts, with Config.SearchAttributes on (none without: the namespace may not have them
+// registered): the conversation and the user. So a run is found by TurnstileUser from its
+// start, also while every request it holds waits at a sequence gap and no turn has applied
+// (workflow.DeleteUser finds it); the workflow's own upserts (upsertSearch) set the user again
+// once the conversation's owner is known (after a first turn, or from its saved State), which
+// replaces the user of a stranger's request that started the run. Setting them at the start,
+// not in the workflow, changes no workflow code: every recorded history replays.
+func (b *Bridge) startAttributes(conv, user string) temporal.SearchAttributes {
+	if !b.opts.Config.SearchAttributes {
+		return temporal.SearchAttributes{}
+	}
+	ups := []temporal.SearchAttributeUpdate{SearchConversation.ValueSet(conv)}
+	if user != "" {
+		ups = append(ups, SearchUser.ValueSet(user))
+	}
+	return temporal.NewSearchAttributes(ups...)
 }
 
 type searchValues struct {

@@ -50,6 +50,7 @@ func (b *Bridge) submitOnce(ctx context.Context, env Envelope) (turn.Result, err
 	id := b.WorkflowID(req.ConversationID)
 	start := b.c.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
 		ID: id, TaskQueue: b.opts.TaskQueue, WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		TypedSearchAttributes: b.startAttributes(req.ConversationID, req.UserID),
 	}, WorkflowName, State{ConversationID: req.ConversationID, Config: b.opts.Config})
 	handle, err := b.c.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 		StartWorkflowOperation: start,

@@ -334,7 +334,7 @@ func (s *Store) DeleteUser(ctx context.Context, app, user string) (int64, error)
 		return 0, fmt.Errorf("%w: DeleteUser needs an app and a user", attachment.ErrInvalid)
 	}
 	dir := s.ownerDir(attachment.Owner{App: app, User: user})
-	n, err := s.deleteIn(ctx, dir, func(fs.FileInfo) bool { return true })
+	n, err := s.deleteIn(ctx, dir, false, func(fs.FileInfo) bool { return true })
 	if err == nil {
 		_ = os.Remove(dir) // fails when a Put linked a file since: that one is not deleted
 	}
@@ -355,7 +355,7 @@ func (s *Store) DeleteIdle(ctx context.Context, app string, before time.Time) (i
 	}
 	var n int64
 	for _, o := range owners {
-		k, err := s.deleteIn(ctx, filepath.Join(s.appDir(app), o.Name()), func(fi fs.FileInfo) bool { return fi.ModTime().Before(before) })
+		k, err := s.deleteIn(ctx, filepath.Join(s.appDir(app), o.Name()), false, func(fi fs.FileInfo) bool { return fi.ModTime().Before(before) })
 		n += k
 		if err != nil {
 			return n, err
@@ -364,9 +364,19 @@ func (s *Store) DeleteIdle(ctx context.Context, app string, before time.Time) (i
 	return n, nil
 }
 
+var _ attachment.UserCounter = (*Store)(nil)
+
+// CountUser implements attachment.UserCounter.
+func (s *Store) CountUser(ctx context.Context, app, user string) (int64, error) {
+	if app == "" || user == "" {
+		return 0, fmt.Errorf("%w: CountUser needs an app and a user", attachment.ErrInvalid)
+	}
+	return s.deleteIn(ctx, s.ownerDir(attachment.Owner{App: app, User: user}), true, func(fs.FileInfo) bool { return true })
+}
+
 // deleteIn deletes the attachment files in dir that match selects and returns how many it
-// deleted.
-func (s *Store) deleteIn(ctx context.Context, dir string, match func(fs.FileInfo) bool) (int64, error) {
+// deleted; a dry run counts them only.
+func (s *Store) deleteIn(ctx context.Context, dir string, dryRun bool, match func(fs.FileInfo) bool) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -386,7 +396,7 @@ func (s *Store) deleteIn(ctx context.Context, dir string, match func(fs.FileInfo
 		if errors.Is(err, fs.ErrNotExist) || err == nil && (!info.Mode().IsRegular() || !match(info)) {
 			continue
 		}
-		if err == nil {
+		if err == nil && !dryRun {
 			err = os.Remove(filepath.Join(dir, e.Name()))
 		}
 		switch {

@@ -370,6 +370,21 @@ func (s *Store) DeleteUser(ctx context.Context, app, user string) (int64, error)
 	return s.deleteAll(ctx, "delete user", app+"/"+user, `app = $1 AND user_id = $2`, app, user)
 }
 
+var _ attachment.UserCounter = (*Store)(nil)
+
+// CountUser implements attachment.UserCounter.
+func (s *Store) CountUser(ctx context.Context, app, user string) (int64, error) {
+	if app == "" || user == "" {
+		return 0, fmt.Errorf("%w: CountUser needs an app and a user", attachment.ErrInvalid)
+	}
+	var n int64
+	err := s.db.QueryRowContext(ctx, s.d.Query(`SELECT COUNT(*) FROM {p}attachments WHERE app = $1 AND user_id = $2`), app, user).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("sqlattachment: count user %s/%s: %w", app, user, sqldialect.ClassifyContext(ctx, err))
+	}
+	return n, nil
+}
+
 // DeleteIdle implements attachment.Retention.
 func (s *Store) DeleteIdle(ctx context.Context, app string, before time.Time) (int64, error) {
 	if app == "" {

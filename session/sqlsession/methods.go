@@ -442,13 +442,24 @@ const retentionBatch = 500
 // DeleteUser implements session.Retention: the user's sessions of app and their events, in
 // one transaction.
 func (s *Store) DeleteUser(ctx context.Context, app, user string) (int64, error) {
+	n, err := s.DeleteUserCounted(ctx, app, user, false)
+	return n.Sessions, err
+}
+
+var _ session.UserEraser = (*Store)(nil)
+
+// DeleteUserCounted implements session.UserEraser, in one transaction; a dry run runs the same
+// deletes and rolls them back.
+func (s *Store) DeleteUserCounted(ctx context.Context, app, user string, dryRun bool) (session.UserCounts, error) {
 	if app == "" || user == "" {
-		return 0, fmt.Errorf("%w: DeleteUser needs an app and a user", session.ErrInvalid)
+		return session.UserCounts{}, fmt.Errorf("%w: DeleteUser needs an app and a user", session.ErrInvalid)
 	}
-	n, err := s.deleteReturning(ctx, s.q.deleteUser, app, user)
-	s.cache.forgetUser(app, user) // even on an error: the delete may have committed
+	n, err := s.deleteReturning(ctx, dryRun, s.q.countUserEvents, s.q.deleteUser, app, user)
+	if !dryRun {
+		s.cache.forgetUser(app, user) // even on an error: the delete may have committed
+	}
 	if err != nil {
-		return 0, fmt.Errorf("sqlsession: delete user %s/%s: %w", app, user, sqldialect.ClassifyContext(ctx, err))
+		return session.UserCounts{}, fmt.Errorf("sqlsession: delete user %s/%s: %w", app, user, sqldialect.ClassifyContext(ctx, err))
 	}
 	return n, nil
 }
@@ -461,7 +472,8 @@ func (s *Store) DeleteIdle(ctx context.Context, app string, before time.Time) (i
 	}
 	var total int64
 	for {
-		n, err := s.deleteReturning(ctx, s.q.deleteIdle, app, s.d.Time(before), retentionBatch)
+		d, err := s.deleteReturning(ctx, false, "", s.q.deleteIdle, app, s.d.Time(before), retentionBatch)
+		n := d.Sessions
 		if n > 0 || err != nil {
 			// The rows deleted are not known by key; what the cache held of them would never
 			// be read again (a session created again is another row), but it is dropped.
@@ -478,41 +490,54 @@ func (s *Store) DeleteIdle(ctx context.Context, app string, before time.Time) (i
 }
 
 // deleteReturning runs a DELETE ... RETURNING id of sessions and deletes their events, in one
-// write transaction, and returns how many sessions it deleted.
-func (s *Store) deleteReturning(ctx context.Context, query string, args ...any) (int64, error) {
+// write transaction (rolled back in a dry run), and returns how many sessions it deleted and,
+// when countEvents (a SELECT COUNT(*) of their events, of the same arguments) is set, how many
+// events: counted before the delete, since PostgreSQL's ON DELETE CASCADE deletes them with
+// their session.
+func (s *Store) deleteReturning(ctx context.Context, dryRun bool, countEvents, query string, args ...any) (session.UserCounts, error) {
+	var n session.UserCounts
 	tx, err := s.d.BeginWrite(ctx, s.db)
 	if err != nil {
-		return 0, err
+		return n, err
 	}
 	defer tx.Rollback()
+	if countEvents != "" {
+		if err := tx.QueryRowContext(ctx, countEvents, args...).Scan(&n.Events); err != nil {
+			return n, err
+		}
+	}
 	rows, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
-		return 0, err
+		return n, err
 	}
 	var ids []any
 	for rows.Next() {
 		var id int64
 		if err := rows.Scan(&id); err != nil {
 			rows.Close()
-			return 0, err
+			return n, err
 		}
 		ids = append(ids, id)
 	}
 	if err := rows.Close(); err != nil {
-		return 0, err
+		return n, err
 	}
 	if err := rows.Err(); err != nil {
-		return 0, err
+		return n, err
 	}
 	// ON DELETE CASCADE does this where foreign keys are enforced; SQLite enforces them only
 	// with PRAGMA foreign_keys=ON. Chunks stay under SQLite's and PostgreSQL's parameter limits.
 	for chunk := range slices.Chunk(ids, 500) {
 		if _, err := tx.ExecContext(ctx, s.q.deleteEventsOf(len(chunk)), chunk...); err != nil {
-			return 0, err
+			return n, err
 		}
 	}
-	if err := tx.Commit(); err != nil {
-		return 0, err
+	n.Sessions = int64(len(ids))
+	if dryRun {
+		return n, tx.Rollback()
 	}
-	return int64(len(ids)), nil
+	if err := tx.Commit(); err != nil {
+		return session.UserCounts{}, err
+	}
+	return n, nil
 }

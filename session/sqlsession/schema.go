@@ -51,6 +51,7 @@ var migrations = []sqldialect.Migration{{
 type queries struct {
 	get, create, owner, bump, turn, deleteSession, deleteEvents, findTurn string
 	deleteUser, deleteIdle                                                string
+	countUserEvents                                                       string
 	ownerID                                                               string
 	insertEvents, deleteEventsOf, bumpMany, createMany, insertMany        func(n int) string
 	getMany                                                               func(n int) string
@@ -247,6 +248,8 @@ func buildQueries(d *sqldialect.Dialect) queries {
 		deleteSession: d.Query(`DELETE FROM {p}sessions WHERE app = $1 AND conversation = $2 AND user_id = $3 RETURNING id`),
 		deleteEvents:  d.Query(`DELETE FROM {p}events WHERE session_id = $1`),
 		deleteUser:    d.Query(`DELETE FROM {p}sessions WHERE app = $1 AND user_id = $2 RETURNING id`),
+		countUserEvents: d.Query(`SELECT COUNT(*) FROM {p}events WHERE session_id IN (
+			SELECT id FROM {p}sessions WHERE app = $1 AND user_id = $2)`),
 		// A bounded batch; the outer condition is checked again on a row a concurrent turn
 		// updated (PostgreSQL re-reads it), so a session that became active is kept.
 		deleteIdle: d.Query(`DELETE FROM {p}sessions WHERE app = $1 AND updated_at < $2 AND id IN (
