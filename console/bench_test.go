@@ -39,12 +39,12 @@ func benchUser(i int) string { return fmt.Sprintf("u-%04d", i%benchUsers) }
 
 // seedBench fills st with the benchmark's turns through the stores' own calls, several
 // conversations at once (the stores batch concurrent calls).
-func seedBench(b *testing.B, st stores) {
+func seedBench(b *testing.B, st stores, convs0, workers int) {
 	ctx := context.Background()
 	convs := make(chan int)
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
-	for range 16 {
+	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -56,7 +56,7 @@ func seedBench(b *testing.B, st stores) {
 			}
 		}()
 	}
-	for c := range benchConversations {
+	for c := range convs0 {
 		convs <- c
 	}
 	close(convs)
@@ -122,20 +122,22 @@ func seedConversation(ctx context.Context, st stores, c int) error {
 // BenchmarkPages measures the console's pages on stores holding 100,000 turns (2,000
 // conversations of 50 turns, 200 users, 10,000 intents) and 1,000 dead letters: one
 // sub-benchmark per page, on SQLite, and on PostgreSQL when TURNSTILE_POSTGRES_DSN is set.
+// deadletters is the page from the handler's snapshot of the topic (what a page gets within
+// Config.DeadLetterTTL, and after it while a read runs in the background), deadletters-fresh
+// the page that reads the topic again (?refresh=1). Seeding takes minutes:
 //
-//	go test -run '^$' -bench BenchmarkPages -benchtime 200x ./console/
+//	go test -run '^$' -bench BenchmarkPages -benchtime 100x -timeout 60m ./console/
 func BenchmarkPages(b *testing.B) {
-	dbs := []struct {
-		name string
-		open func(b *testing.B) stores
-	}{{"sqlite", func(b *testing.B) stores {
+	type database struct {
+		name    string
+		workers int // seeding goroutines: SQLite's writes take one lock, and contention sleeps
+		open    func(b *testing.B) stores
+	}
+	dbs := []database{{"sqlite", 1, func(b *testing.B) stores {
 		return openStores(b, sqltest.SQLiteFileSyncNormal(b), sqlinbox.SQLite, "")
 	}}}
 	if os.Getenv("TURNSTILE_POSTGRES_DSN") != "" {
-		dbs = append(dbs, struct {
-			name string
-			open func(b *testing.B) stores
-		}{"postgres", func(b *testing.B) stores {
+		dbs = append(dbs, database{"postgres", 16, func(b *testing.B) stores {
 			db := sqltest.OpenPostgres(b)
 			return openStores(b, db, sqlinbox.PostgreSQL, sqltest.Prefix(b, db, true))
 		}})
@@ -146,7 +148,7 @@ func BenchmarkPages(b *testing.B) {
 		c := i % benchConversations
 		kc.Produce(b, dlq, benchConv(c), []byte(`{}`), map[string]string{
 			record.HeaderRequestID: uuid.NewString(), record.HeaderConversationID: benchConv(c),
-			record.HeaderReason: []string{"model: permanent", "decode: bad json", "attachment missing"}[i%3],
+			record.HeaderReason:   []string{"model: permanent", "decode: bad json", "attachment missing"}[i%3],
 			record.HeaderAttempts: "3", record.HeaderSourceTopic: "requests", record.HeaderSourcePartition: "0",
 			record.HeaderSourceOffset: fmt.Sprint(i)})
 	}
@@ -157,7 +159,7 @@ func BenchmarkPages(b *testing.B) {
 		b.Run(d.name, func(b *testing.B) {
 			st := d.open(b)
 			start := time.Now()
-			seedBench(b, st)
+			seedBench(b, st, benchConversations, d.workers)
 			b.Logf("seeded %d turns in %s", benchConversations*benchTurns, time.Since(start).Round(time.Millisecond))
 			h, err := New(Config{App: benchApp, Sessions: st.sessions, Inbox: st.inbox, Kafka: client, DeadLetterTopic: dlq,
 				DeadLetterTTL: time.Hour})

@@ -12,33 +12,64 @@ import (
 	"github.com/turnstile-go/turnstile/deadletter"
 )
 
-// dlqCache keeps the dead letters last read from the topic for Config.DeadLetterTTL.
+// dlqCache keeps the dead letters last read from the topic: a page older than
+// Config.DeadLetterTTL gets them as they were and starts a read in the background, so that
+// no page waits for the topic but the first one (a read costs about a second for a thousand
+// dead letters: BENCHMARKS.md).
 type dlqCache struct {
-	mu      sync.Mutex
-	at      time.Time
-	letters []deadletter.Letter
+	mu         sync.Mutex
+	at         time.Time
+	letters    []deadletter.Letter
+	refreshing bool
+	err        error // the last background read's, until a read succeeds
 }
 
-// deadLetterSnapshot returns the dead letters of the topic, read again when the last read is
-// older than the TTL (or fresh is set), and when they were read.
+// deadLetterSnapshot returns the dead letters of the topic and when they were read. It reads
+// the topic now when nothing was read yet or fresh is set; when the last read is older than
+// the TTL, it returns that read and reads again in the background.
 func (h *Handler) deadLetterSnapshot(ctx context.Context, fresh bool) ([]deadletter.Letter, time.Time, error) {
-	h.dlq.mu.Lock()
-	defer h.dlq.mu.Unlock()
-	if !fresh && !h.dlq.at.IsZero() && time.Since(h.dlq.at) < h.cfg.DeadLetterTTL {
-		return h.dlq.letters, h.dlq.at, nil
+	c := &h.dlq
+	c.mu.Lock()
+	if !fresh && !c.at.IsZero() {
+		letters, at, err := c.letters, c.at, c.err
+		if time.Since(at) >= h.cfg.DeadLetterTTL && !c.refreshing {
+			c.refreshing = true
+			go h.readDeadLetters(context.Background())
+		}
+		c.mu.Unlock()
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		return letters, at, nil
 	}
+	c.mu.Unlock()
+	return h.readDeadLetters(ctx)
+}
+
+// readDeadLetters reads the topic, bounded by Config.Timeout, and keeps what it read.
+func (h *Handler) readDeadLetters(ctx context.Context) ([]deadletter.Letter, time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.Timeout)
+	defer cancel()
+	start := time.Now()
 	letters, err := deadletter.Read(ctx, h.cfg.Kafka, h.cfg.DeadLetterTopic, deadletter.Filter{})
+	c := &h.dlq
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.refreshing = false
 	if err != nil {
+		c.err = err
 		return nil, time.Time{}, err
 	}
-	h.dlq.letters, h.dlq.at = letters, time.Now()
-	return letters, h.dlq.at, nil
+	if start.After(c.at) {
+		c.letters, c.at, c.err = letters, start, nil
+	}
+	return letters, start, nil
 }
 
-// forget drops the cached dead letters: the next page reads the topic again.
+// forget makes the next page read the dead letters again, after an action changed them.
 func (h *Handler) forget() {
 	h.dlq.mu.Lock()
-	h.dlq.at = time.Time{}
+	h.dlq.at, h.dlq.letters = time.Time{}, nil
 	h.dlq.mu.Unlock()
 }
 
