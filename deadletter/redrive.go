@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 
 	"github.com/IBM/sarama"
 
@@ -39,20 +40,23 @@ type Options struct {
 	// Logger gets a line per re-driven dead letter; default slog.Default().
 	Logger *slog.Logger
 	// DryRun changes nothing and publishes nothing: each Outcome says what the real run would
-	// do, from the same checks (the routing, the source record, the producer's size limit, the
-	// consumer's checks of the record, the inbox entry read with Get). Inbox may be nil then:
+	// do, from the same checks (the routing, the source record, the size limits of the producer
+	// and of the topic, the consumer's checks of the record, the inbox entry read with Get). Inbox may be nil then:
 	// the entries are taken to be dead.
 	DryRun bool
 	// Force re-drives a request that the consumer's checks refuse (ErrNeverPasses: a value
 	// that does not decode under Decoder, a key that is not its conversation id), which the
 	// service dead-letters again at once. Without it such a dead letter is refused.
 	Force bool
+
+	limits map[string]int // the topics' max.message.bytes, read once per Redrive (topicLimit)
 }
 
 // ErrTooLarge is an Outcome.Err (wrapped, with the sizes) for a request record larger than
-// the producer's limit, Client.Config().Producer.MaxMessageBytes (sarama's default 1,000,000
-// bytes): running the re-drive again fails the same way; it needs a client with a higher
-// limit (up to the topic's max.message.bytes).
+// the producer's limit, Client.Config().Producer.MaxMessageBytes (sarama's default 1 MiB), or
+// than the requests topic's max.message.bytes (read with DescribeConfigs; not checked when it
+// cannot be read): running the re-drive again fails the same way; it needs a client with a
+// higher limit (up to the topic's).
 var ErrTooLarge = errors.New("deadletter: the request record is larger than the producer's limit")
 
 // ErrNeverPasses is an Outcome.Err (wrapped, with the reason) for a request record the
@@ -110,10 +114,10 @@ type Outcome struct {
 // retention removed it). A request whose entry is done, or in progress with an attempt begun,
 // is skipped; one re-driven and not begun yet is published again (Republished): re-driving the
 // same dead letter twice gives one turn. A dead letter that can never pass is refused before
-// its inbox entry is touched: a record over the producer's size limit (ErrTooLarge) and,
-// unless Options.Force, a request the consumer's checks refuse (ErrNeverPasses). With
-// Options.DryRun nothing is changed or published,
-// and each Outcome says what the real run would do, from the same checks. Outcomes come back
+// its inbox entry is touched: a record over the producer's or the topic's size limit
+// (ErrTooLarge) and, unless Options.Force, a request the consumer's checks refuse
+// (ErrNeverPasses). With Options.DryRun nothing is changed or published, and each Outcome
+// says what the real run would do, from the same checks. Outcomes come back
 // in the order of letters, each with its own error; Redrive's own error is for what stops it
 // all: bad Options, the producer, or ctx ending, which returns the outcomes of the letters
 // handled so far with ctx's error.
@@ -130,6 +134,7 @@ func Redrive(ctx context.Context, opts Options, letters []Letter) ([]Outcome, er
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	opts.limits = map[string]int{}
 	var producer sarama.SyncProducer
 	if !opts.DryRun {
 		var err error
@@ -237,9 +242,14 @@ func check(opts Options, msg *sarama.ProducerMessage, key, value []byte) error {
 	if cfg.Version.IsAtLeast(sarama.V0_11_0_0) {
 		version = 2
 	}
-	if size, limit := msg.ByteSize(version), cfg.Producer.MaxMessageBytes; size > limit {
+	size := msg.ByteSize(version)
+	if limit := cfg.Producer.MaxMessageBytes; size > limit {
 		return fmt.Errorf("%w: %d bytes, limit %d (Producer.MaxMessageBytes): running the re-drive again fails the same way; "+
 			"raise the limit (up to the topic's max.message.bytes)", ErrTooLarge, size, limit)
+	}
+	if limit := topicLimit(opts, msg.Topic); limit > 0 && size > limit {
+		return fmt.Errorf("%w: %d bytes, over the max.message.bytes of topic %s (%d): running the re-drive again fails the same way",
+			ErrTooLarge, size, msg.Topic, limit)
 	}
 	if opts.Force {
 		return nil
@@ -248,6 +258,37 @@ func check(opts Options, msg *sarama.ProducerMessage, key, value []byte) error {
 		return fmt.Errorf("%w (the service dead-letters it again at once; force to publish it anyway): %w", ErrNeverPasses, err)
 	}
 	return nil
+}
+
+// topicLimit returns the max.message.bytes of topic (DescribeConfigs to the controller),
+// which refuses a larger record batch, read once per Redrive; 0 when it cannot be read (the
+// publish finds out then).
+func topicLimit(opts Options, topic string) int {
+	if limit, ok := opts.limits[topic]; ok || opts.limits == nil {
+		return limit
+	}
+	opts.limits[topic] = 0
+	b, err := opts.Client.Controller()
+	if err != nil {
+		return 0
+	}
+	req := &sarama.DescribeConfigsRequest{Resources: []*sarama.ConfigResource{
+		{Type: sarama.TopicResource, Name: topic, ConfigNames: []string{"max.message.bytes"}}}}
+	if opts.Client.Config().Version.IsAtLeast(sarama.V1_1_0_0) {
+		req.Version = 1
+	}
+	resp, err := b.DescribeConfigs(req)
+	if err != nil {
+		return 0
+	}
+	for _, r := range resp.Resources {
+		for _, c := range r.Configs {
+			if n, err := strconv.Atoi(c.Value); err == nil && c.Name == "max.message.bytes" && r.ErrorCode == 0 {
+				opts.limits[topic] = n
+			}
+		}
+	}
+	return opts.limits[topic]
 }
 
 // place returns the partition of topic msg goes to: src when the topic has it, else where a

@@ -390,3 +390,32 @@ func TestRedriveRefusesWhatCanNeverPass(t *testing.T) {
 	}
 	require.EqualValues(t, 2, kc.RecordCount(t, requests), "forced")
 }
+
+// The dry run refuses a record over the requests topic's max.message.bytes, which the broker
+// refuses in the real run, even within the producer's limit.
+func TestRedriveDryRunChecksTheTopicLimit(t *testing.T) {
+	t.Parallel()
+	kc := turntest.NewCluster(t, turntest.Options{})
+	requests := kc.Unique("requests")
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	_, err := turntest.CreateTopics(ctx, kc.Brokers(), nil, turntest.Topic{Name: requests, Partitions: 1,
+		Configs: map[string]string{"max.message.bytes": "2000"}})
+	require.NoError(t, err)
+	client, err := sarama.NewClient(kc.Brokers(), kc.Config())
+	require.NoError(t, err)
+	defer client.Close()
+	var letters []deadletter.Letter
+	for i, text := range []string{strings.Repeat("x", 3000), "small"} {
+		v, err := turntest.NewRequest("c-1", "u", text).Encode()
+		require.NoError(t, err)
+		letters = append(letters, deadletter.Letter{Topic: "dlq", Offset: int64(i), Key: []byte("c-1"), Value: v, Attempts: 1,
+			Source: turn.Source{Topic: requests, Offset: int64(i)}})
+	}
+	outcomes, err := deadletter.Redrive(ctx, deadletter.Options{Client: client, Logger: quiet, DryRun: true}, letters)
+	require.NoError(t, err)
+	require.ErrorIs(t, outcomes[0].Err, deadletter.ErrTooLarge)
+	require.ErrorContains(t, outcomes[0].Err, "max.message.bytes of topic "+requests+" (2000)")
+	require.NoError(t, outcomes[1].Err)
+	require.Equal(t, deadletter.Redriven, outcomes[1].Action)
+}
