@@ -64,28 +64,47 @@ const sessionDeleteUsage = `
 Deletes sessions with their history and state: one conversation (--user and --conversation),
 every session of a user (--user alone: a data-deletion request), or the sessions of the app
 idle for longer than --idle-for. A later request of a deleted session starts a fresh one.
---dry-run lists the sessions it would delete (at most 1000; --json for JSON) and deletes
-nothing.
 
-A user's deletion also deletes the inbox entries of the user's conversations (their results
-and step journals) and their outbox intents, pending ones too (turn.Retention.DeleteUser).
-A user's deletion, and --idle-for, also delete the user's attachments (those last put longer
-ago than --idle-for) from the attachment store in the database (its tables, when turnstile
-migrate made them) and, with --attachments-dir, from a service's filesystem store there.
-Attachments belong to a user, not a conversation: --conversation deletes none.
+--user alone erases every copy of the user's texts that turnstile keeps
+(turn.Retention.EraseUser), and prints each kind with its count:
+  workflow runs    with --temporal: every run of the user's conversation workflows, running
+                   ones terminated, deleted with their histories (the requests' texts, the
+                   turns' results)
+  ledger rows      with --temporal: the hand-off ledger's requests, overflow and states
+  inbox entries    with their stored results and failure reasons
+  journal steps    the outputs of model calls and tools
+  outbox intents   with their payloads, pending ones too
+  sessions         with their state
+  session events   the histories, compactions' checkpoints included
+  attachments      in the database (its tables, when turnstile migrate made them) and, with
+                   --attachments-dir, in a service's filesystem store there
+The user's conversations are those of the user's sessions and, in Temporal mode, those the
+visibility store finds by TurnstileUser and those the ledger finds the user's requests in: a
+conversation whose requests are all held at a sequence gap has no session yet.
 
-In Temporal mode give --user alone with --temporal (and --namespace, --id-prefix as the
-service's): the user's conversation workflows go first, since their histories hold the user's
-texts (every run of the conversations of the user's sessions, and of those the visibility
-store finds by TurnstileUser: running ones terminated, all deleted with their histories), then
-the user's rows of the hand-off ledger, then the sessions. Without the deletion a closed run's
-history stays until the namespace's retention period has passed. Stop the user's traffic
-first: a request still in the requests topic starts a new workflow.
+--dry-run deletes nothing: with --user alone it prints the same kinds with what they would
+count (--json: the whole report); otherwise it lists the sessions it would delete (at most
+1000). Stop the user's traffic first: a request still in the requests topic starts a new
+session or workflow. Without the deletion a closed run's history stays until the namespace's
+retention period has passed.
+
+A deleted row is gone from the tables but not from the disk at once: SQLite keeps its pages
+in the file's free list (and the WAL) until VACUUM; PostgreSQL keeps the row as a dead tuple
+until VACUUM marks its space free, and its bytes stay in the page until new rows overwrite
+them; VACUUM FULL rewrites each table into a new file (the old one is unlinked). WAL
+segments, backups and replicas keep copies on their own schedule. --vacuum (with --user)
+then runs VACUUM on SQLite (the whole file rebuilt) and a WAL checkpoint(TRUNCATE), or a plain
+VACUUM of the turnstile tables on PostgreSQL (no lock that stops the service); --vacuum-full
+runs VACUUM FULL there instead, which holds an exclusive lock on each table while it rewrites
+it: the service's turns wait. docs/RETENTION.md says more.
+
+--idle-for also deletes the attachments last put longer ago than --idle-for. Attachments
+belong to a user, not a conversation: --conversation deletes none.
 
 Examples:
   turnstile session delete --db postgres://turnstile@db:5432/agent --user u-12 --dry-run
-  turnstile session delete --db postgres://turnstile@db:5432/agent --user u-12
-  turnstile session delete --db postgres://turnstile@db:5432/agent --user u-12 --temporal temporal:7233
+  turnstile session delete --db postgres://turnstile@db:5432/agent --user u-12 --vacuum
+  turnstile session delete --db postgres://turnstile@db:5432/agent --user u-12 --temporal temporal:7233 --dry-run --json
   turnstile session delete --db postgres://turnstile@db:5432/agent --user u-12 --attachments-dir /srv/agent/attachments
   turnstile session delete --db postgres://turnstile@db:5432/agent --user u-12 --conversation c-7731
   turnstile session delete --db sqlite:/var/lib/agent/turnstile.db --idle-for 2160h
@@ -384,7 +403,9 @@ func sessionDelete(ctx context.Context, e *env, args []string) error {
 	user := f.String("user", "", "delete this user's sessions (all of them, or --conversation)")
 	conv := f.String("conversation", "", "with --user: delete this conversation only")
 	idle := f.Duration("idle-for", 0, "delete the app's sessions not updated for this long (720h is 30 days)")
-	dry := f.Bool("dry-run", false, "list the sessions that would be deleted, and delete nothing")
+	dry := f.Bool("dry-run", false, "delete nothing: with --user alone, count each kind that would be deleted; otherwise list the sessions")
+	vacuum := f.Bool("vacuum", false, "with --user alone: then VACUUM the database (SQLite: the file, and a WAL checkpoint; PostgreSQL: the turnstile tables)")
+	vacuumFullFlag := f.Bool("vacuum-full", false, "with --user alone, on PostgreSQL: then VACUUM FULL the turnstile tables (locks each table while it rewrites it)")
 	attachmentsDir := f.String("attachments-dir", "", "with --user or --idle-for: delete attachments from the filesystem store in this directory too")
 	if err := f.parse(args); err != nil {
 		return err
@@ -400,12 +421,16 @@ func sessionDelete(ctx context.Context, e *env, args []string) error {
 		return usagef("give --user (with or without --conversation), or --idle-for")
 	case *conv != "" && *user == "":
 		return usagef("--conversation needs --user")
-	case *f.json && !*dry:
-		return usagef("--json goes with --dry-run")
+	case *f.json && !*dry && (*user == "" || *conv != ""):
+		return usagef("--json goes with --dry-run, or with --user alone")
 	case *f.temporal != "" && (*user == "" || *conv != ""):
 		return usagef("--temporal goes with --user alone (a user's deletion)")
 	case *attachmentsDir != "" && *conv != "":
 		return usagef("--attachments-dir goes with --user alone or --idle-for: attachments belong to a user, not a conversation")
+	case (*vacuum || *vacuumFullFlag) && (*user == "" || *conv != "" || *dry):
+		return usagef("--vacuum and --vacuum-full go with --user alone, not --dry-run")
+	case *vacuumFullFlag && strings.HasPrefix(*f.db, "sqlite:"):
+		return usagef("--vacuum-full is for PostgreSQL: on SQLite --vacuum rebuilds the whole file")
 	}
 	ctx, ss, ib, done, err := f.open(ctx)
 	if err != nil {
@@ -413,6 +438,16 @@ func sessionDelete(ctx context.Context, e *env, args []string) error {
 	}
 	defer done()
 	cutoff := time.Now().Add(-*idle)
+	if *user != "" && *conv == "" {
+		mode := vacuumNone
+		switch {
+		case *vacuumFullFlag:
+			mode = vacuumFull
+		case *vacuum:
+			mode = vacuumPlain
+		}
+		return eraseUser(ctx, e, f, ss, ib, *user, *attachmentsDir, *dry, mode)
+	}
 	if *dry {
 		lf := sqlsession.ListFilter{App: *f.app, User: *user, Conversation: *conv, Limit: dryRunLimit + 1}
 		if *user == "" {
@@ -429,29 +464,6 @@ func sessionDelete(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		fmt.Fprintf(e.stdout, "deleted session %s\n", key)
-	case *user != "":
-		convs, err := ss.List(ctx, sqlsession.ListFilter{App: *f.app, User: *user})
-		if err != nil {
-			return err
-		}
-		ids := make([]string, 0, len(convs))
-		for _, s := range convs {
-			ids = append(ids, s.Key.Conversation)
-		}
-		if err := deleteUserWorkflows(ctx, e, f, *user, ids); err != nil {
-			return err
-		}
-		// The inbox entries first (found through the sessions), then the sessions.
-		d, err := turn.Retention{App: *f.app, Inbox: ib, Sessions: ss}.DeleteUser(ctx, *user)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(e.stdout, "deleted %d sessions of user %s in app %s\n", d.Sessions, *user, *f.app)
-		fmt.Fprintf(e.stdout, "deleted %d inbox entries and outbox intents of user %s in app %s (results, step journals)\n", d.Inbox, *user, *f.app)
-		return deleteAttachments(ctx, e, f, ss.TxDB(), *attachmentsDir, fmt.Sprintf("of user %s in app %s", *user, *f.app),
-			func(ctx context.Context, s attachment.Retention) (int64, error) {
-				return s.DeleteUser(ctx, *f.app, *user)
-			})
 	default:
 		n, err := ss.DeleteIdle(ctx, *f.app, cutoff)
 		if err != nil {

@@ -77,30 +77,3 @@ func ledgerPurge(ctx context.Context, e *env, args []string) error {
 	fmt.Fprintf(e.stdout, "purged %d ledger rows recorded before %s\n", n, cutoff.UTC().Format(time.RFC3339))
 	return nil
 }
-
-// deleteUserWorkflows removes, in Temporal mode (--temporal), the user's conversation
-// workflows (the conversations given, from the user's sessions, and those the visibility store
-// finds by the TurnstileUser search attribute) and the user's ledger rows: what
-// workflow.DeleteUser does. Without --temporal it does nothing.
-func deleteUserWorkflows(ctx context.Context, e *env, f *flags, user string, convs []string) error {
-	if *f.temporal == "" {
-		return nil
-	}
-	c, err := f.temporalClient()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	l, done, err := f.ledger()
-	if err != nil {
-		return err
-	}
-	defer done()
-	got, err := workflow.DeleteUser(ctx, c, user, workflow.UserDeletion{Namespace: *f.namespace, IDPrefix: *f.idPrefix, Conversations: convs, Ledger: l})
-	if err != nil {
-		return fmt.Errorf("Temporal mode: %w (%d workflow runs deleted before; the sessions are kept: run it again)", err, got.Deleted)
-	}
-	fmt.Fprintf(e.stdout, "deleted %d workflow runs of user %s in namespace %s (%d running ones terminated first) over %d conversations, and %d ledger rows\n",
-		got.Deleted, user, *f.namespace, got.Terminated, len(got.Conversations), got.LedgerRows)
-	return nil
-}
