@@ -225,3 +225,17 @@ func TestHeldAndRelease(t *testing.T) {
 	require.Contains(t, body, "skipped 1 sequence(s) [2]")
 	require.Equal(t, []string{"c-9"}, held.released)
 }
+
+// Dead letters are grouped by their reason without the request ids and numbers in it.
+func TestReasonKey(t *testing.T) {
+	t.Parallel()
+	for reason, want := range map[string]string{
+		"turn ffeeba82-c68d-4e18-a4e4-a71aff5c392e attempt 1: model: permanent: refused":  "turn ID attempt N: model: permanent: refused",
+		"turn 0B0E3F0A-0000-4000-8000-000000000001 attempt 12: model: permanent: refused": "turn ID attempt N: model: permanent: refused",
+		"decode: request_id: not a UUID": "decode: request_id: not a UUID",
+		"gap":                            "gap",
+		"value too large: 2097152 bytes": "value too large: N bytes",
+	} {
+		require.Equal(t, want, reasonKey(reason), reason)
+	}
+}

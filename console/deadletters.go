@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"net/http"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -75,6 +76,20 @@ func (h *Handler) forget() {
 
 func (h *Handler) dlqConfigured() bool { return h.cfg.Kafka != nil && h.cfg.DeadLetterTopic != "" }
 
+// Reasons vary by request: the consumer's name the request id and the attempt ("turn ID
+// attempt 3: model: ..."). Letters are grouped by their reason with each UUID and number
+// replaced, so that one cause is one group.
+var (
+	reasonUUID   = regexp.MustCompile(`[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}`)
+	reasonNumber = regexp.MustCompile(`\b[0-9]+\b`)
+)
+
+// reasonKey is the group of a dead letter's reason: the reason with its UUIDs as "ID" and
+// its numbers as "N".
+func reasonKey(reason string) string {
+	return reasonNumber.ReplaceAllString(reasonUUID.ReplaceAllString(reason, "ID"), "N")
+}
+
 // reasonGroup is the dead letters of one reason, newest first, cut at the page's limit.
 type reasonGroup struct {
 	Reason  string
@@ -92,8 +107,8 @@ type deadLettersPage struct {
 	Groups     []reasonGroup
 }
 
-// deadLetters groups the topic's dead letters by reason, the largest group first, each with
-// its newest letters; ?reason=R shows that reason alone, with up to ?limit= letters.
+// deadLetters groups the topic's dead letters by reason (reasonKey), the largest group first,
+// each with its newest letters; ?reason=R shows that group alone, with up to ?limit= letters.
 func (h *Handler) deadLetters(ctx context.Context, r *http.Request) (page, error) {
 	p := deadLettersPage{Configured: h.dlqConfigured(), Topic: h.cfg.DeadLetterTopic, Reason: r.URL.Query().Get("reason")}
 	pg := page{name: "deadletters", title: "Dead letters", data: &p}
@@ -112,13 +127,14 @@ func (h *Handler) deadLetters(ctx context.Context, r *http.Request) (page, error
 	byReason := map[string]*reasonGroup{}
 	for i := len(letters) - 1; i >= 0; i-- {
 		l := letters[i]
-		if p.Reason != "" && l.Reason != p.Reason {
+		key := reasonKey(l.Reason)
+		if p.Reason != "" && key != p.Reason {
 			continue
 		}
-		g := byReason[l.Reason]
+		g := byReason[key]
 		if g == nil {
-			g = &reasonGroup{Reason: l.Reason}
-			byReason[l.Reason] = g
+			g = &reasonGroup{Reason: key}
+			byReason[key] = g
 		}
 		g.Count++
 		per := limit
@@ -153,7 +169,8 @@ type redrivenPage struct {
 const maxRedrive = 500
 
 // redrive re-drives the dead letters the form names (letter=TOPIC/PARTITION/OFFSET, repeated),
-// each read again from the topic by its offset, or every one of reason=R (up to maxRedrive).
+// each read again from the topic by its offset, or every one of the reason group reason=R
+// (reasonKey; up to maxRedrive).
 func (h *Handler) redrive(ctx context.Context, r *http.Request) (page, error) {
 	if !h.dlqConfigured() || h.cfg.Inbox == nil {
 		return page{}, errorf(http.StatusNotImplemented, "re-drive is not configured: it needs Kafka, the dead-letter topic and the inbox")
@@ -186,7 +203,7 @@ func (h *Handler) redrive(ctx context.Context, r *http.Request) (page, error) {
 			return page{}, err
 		}
 		for _, l := range all {
-			if l.Reason == reason && l.Origin != deadletter.OriginGap {
+			if reasonKey(l.Reason) == reason && l.Origin != deadletter.OriginGap {
 				letters = append(letters, l)
 			}
 		}
