@@ -53,12 +53,12 @@ Temporal mode the workflow runs a re-driven request again (it tells it from a du
 redriven-from header). Give at least one filter, or --all.
 
 A dead letter that can never pass is refused, with its reason: a record larger than the
-producer's limit (--max-message-bytes, at most the topic's max.message.bytes), and, unless
---force, a request the consumer dead-letters again at once (a value that does not decode or
-fails validation, a key that is not its conversation id). --dry-run makes the same checks
-(the placement, the source record, the size, the consumer's checks, the inbox entry when --db
-is given) and changes nothing: it says what the real run would do, and fails where it would
-fail.
+producer's limit (--max-message-bytes) or than the requests topic's max.message.bytes, and,
+unless --force, a request the consumer dead-letters again at once (a value that does not
+decode or fails validation under --max-text-bytes, a key that is not its conversation id).
+--dry-run makes the same checks (the placement, the source record, the sizes, the consumer's
+checks, the inbox entry when --db is given) and changes nothing: it says what the real run
+would do, and fails where it would fail.
 
 Examples:
   turnstile dlq redrive --brokers kafka:9092 --topic agent.requests.dlq \
@@ -348,6 +348,7 @@ func dlqRedrive(ctx context.Context, e *env, args []string) error {
 	all := f.Bool("all", false, "re-drive every dead letter of the topic (without a filter)")
 	dry := f.Bool("dry-run", false, "list what would be re-driven and change nothing")
 	force := f.Bool("force", false, "re-drive requests the consumer refuses (malformed, invalid, a key that is not the conversation id)")
+	maxText := f.Int("max-text-bytes", 0, "the service's turn.Decoder.MaxTextBytes, for the consumer's checks (0: turn.DefaultMaxTextBytes)")
 	maxBytes := f.Int("max-message-bytes", sarama.NewConfig().Producer.MaxMessageBytes,
 		"the producer's record size limit in bytes (at most the requests topic's max.message.bytes)")
 	filter := filterFlags(f)
@@ -359,6 +360,8 @@ func dlqRedrive(ctx context.Context, e *env, args []string) error {
 			return usagef("--db (or %s) is required: the inbox entries are re-driven there", envName("db"))
 		case *maxBytes < 1:
 			return usagef("--max-message-bytes must be at least 1")
+		case *maxText < 0:
+			return usagef("--max-text-bytes must not be negative")
 		}
 		return nil
 	}, args)
@@ -387,7 +390,8 @@ func dlqRedrive(ctx context.Context, e *env, args []string) error {
 	rctx, cancel := context.WithTimeout(ctx, *f.timeout)
 	defer cancel()
 	outcomes, stopped := deadletter.Redrive(rctx, deadletter.Options{Client: client, Inbox: ib, App: *f.app,
-		RequestsTopic: *requests, Note: *note, Logger: discard, DryRun: *dry, Force: *force}, letters)
+		RequestsTopic: *requests, Note: *note, Logger: discard, DryRun: *dry, Force: *force,
+		Decoder: turn.Decoder{MaxTextBytes: *maxText}}, letters)
 	if stopped != nil && len(outcomes) == 0 {
 		return stopped
 	}

@@ -126,6 +126,11 @@ func TestRedriveRefusesWhatCanNeverPass(t *testing.T) {
 	require.Contains(t, out, "would be redriven")
 	require.Equal(t, 1, strings.Count(out, "would be redriven"), out)
 
+	// The consumer's checks are under the service's limits: --max-text-bytes.
+	code, dry, errOut = redriveRows(t, brokers, topic, "--request-id="+good.ID, "--dry-run", "--max-text-bytes=3")
+	require.Equal(t, exitFailed, code, errOut)
+	require.Contains(t, dry[good.ID]["error"], "can never pass")
+
 	// The real run of the large one fails the same way, without advising a retry, and leaves the
 	// inbox entry as it was.
 	db := "--db=sqlite:" + migratedSQLite(t)
