@@ -150,7 +150,7 @@ func heldCmd(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 	}
-	if err := printHeld(e, *f.json, rep.Held); err != nil {
+	if err := printHeld(e, *f.json, rep); err != nil {
 		return err
 	}
 	if n := len(rep.Unanswered); n > 0 {
@@ -162,9 +162,10 @@ func heldCmd(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-// printHeld prints the held conversations as held's table (with their count on stderr) or
-// JSON.
-func printHeld(e *env, asJSON bool, held []workflow.HeldConversation) error {
+// printHeld prints the held conversations of rep as held's table (with their count, and of
+// how many workflows that answered, on stderr) or JSON.
+func printHeld(e *env, asJSON bool, rep workflow.HeldReport) error {
+	held := rep.Held
 	if asJSON {
 		if held == nil {
 			held = []workflow.HeldConversation{}
@@ -183,6 +184,10 @@ func printHeld(e *env, asJSON bool, held []workflow.HeldConversation) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if n := len(rep.Unanswered); n > 0 {
+		fmt.Fprintf(e.stderr, "%d conversations held among the %d of %d workflows that answered\n", len(held), rep.Asked-n, rep.Asked)
+		return nil
 	}
 	fmt.Fprintf(e.stderr, "%d conversations held\n", len(held))
 	return nil

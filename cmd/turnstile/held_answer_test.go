@@ -34,6 +34,7 @@ func TestHeldReportsUnansweredAndUnknownTaskQueue(t *testing.T) {
 	require.Equal(t, exitFailed, code, "stdout: %s\nstderr: %s", out, errOut)
 	require.Contains(t, errOut, "no answer: "+bridge.WorkflowID(conv))
 	require.Contains(t, errOut, "1 of 1 conversation workflows did not answer their status query")
+	require.Contains(t, errOut, "0 conversations held among the 0 of 1 workflows that answered")
 	require.NotContains(t, out, conv, "not listed as held: it did not say")
 
 	for _, args := range [][]string{
