@@ -7,12 +7,14 @@
 // and publishes the original record again to the requests topic, on its source partition,
 // under its original key and headers; a dead letter whose value was dropped (too large for the
 // dead-letter topic: the consumer's value-dropped header) is re-driven from its source record,
-// read again by its offset. Re-driving is idempotent: a dead letter re-driven twice gives one
-// turn. Of two Redrives of one dead letter, concurrent or not, only one makes the entry
-// runnable (inbox.Inbox.Redrive lets one win); the other publishes nothing once the request
-// began or finished, and otherwise (the first one's record not consumed yet, or a re-drive
-// that stopped before it published) publishes the request again, and the inbox runs whichever
-// copy comes first and answers the other from the stored result.
+// read again by its offset. What can never pass is refused, by a dry run too: a record over
+// the producer's or the topic's size limit (ErrTooLarge) and, unless forced, a request the
+// consumer refuses (ErrNeverPasses). Re-driving is idempotent: a dead letter re-driven twice
+// gives one turn. Of two Redrives of one dead letter, concurrent or not, only one makes the
+// entry runnable (inbox.Inbox.Redrive lets one win); the other publishes nothing once the
+// request began or finished, and otherwise (the first one's record not consumed yet, or a
+// re-drive that stopped before it published) publishes the request again, and the inbox runs
+// whichever copy comes first and answers the other from the stored result.
 //
 // The cmd/turnstile CLI's `dlq list`, `dlq show` and `dlq redrive` are these functions.
 package deadletter
