@@ -7,9 +7,11 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/turnstile-go/turnstile/consumer"
 	"github.com/turnstile-go/turnstile/deadletter"
@@ -133,8 +135,12 @@ type timelinePage struct {
 	Notes        []string // sources not configured or that failed
 }
 
-// maxTimelineTurns bounds the turns whose inbox entries and steps one timeline reads.
-const maxTimelineTurns = 100
+// maxTimelineTurns bounds the turns whose inbox entries and steps one timeline reads;
+// timelineReaders of them are read at once.
+const (
+	maxTimelineTurns = 100
+	timelineReaders  = 8
+)
 
 // timeline shows a conversation's turns: from the session's most recent events (each
 // carries its request id), and the conversation's dead letters, each turn with its inbox
@@ -241,7 +247,10 @@ func (h *Handler) fillTurns(ctx context.Context, p *timelinePage, turns map[stri
 	}
 	journal, _ := h.cfg.Inbox.(inbox.Journal)
 	byKey := map[string]*turnView{}
-	deferred := journal == nil // without the journal, look for intents anyway
+	var deferred atomic.Bool
+	deferred.Store(journal == nil) // without the journal, look for intents anyway
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(timelineReaders)
 	for _, id := range order {
 		t := turns[id]
 		if p.Key.User == "" {
@@ -249,28 +258,36 @@ func (h *Handler) fillTurns(ctx context.Context, p *timelinePage, turns map[stri
 		}
 		t.InboxKey = turn.InboxKey(h.cfg.App, turn.Request{ID: id, UserID: p.Key.User, ConversationID: p.Conversation})
 		byKey[t.InboxKey] = t
-		e, err := h.cfg.Inbox.Get(ctx, t.InboxKey)
-		switch {
-		case errors.Is(err, inbox.ErrNotFound):
-		case err != nil:
-			return err
-		default:
-			t.Entry = &e
-		}
-		if journal == nil {
-			continue
-		}
-		steps, err := journal.Steps(ctx, t.InboxKey)
-		if err != nil {
-			return err
-		}
-		for _, s := range steps {
-			deferred = deferred || s.Deferred
-			t.Steps = append(t.Steps, stepView{Step: s, Key: turn.SessionToolKey(p.Key, id, fmt.Sprintf("%s#%d", s.Name, s.Ordinal))})
-		}
+		g.Go(func() error {
+			e, err := h.cfg.Inbox.Get(gctx, t.InboxKey)
+			switch {
+			case errors.Is(err, inbox.ErrNotFound):
+			case err != nil:
+				return err
+			default:
+				t.Entry = &e
+			}
+			if journal == nil {
+				return nil
+			}
+			steps, err := journal.Steps(gctx, t.InboxKey)
+			if err != nil {
+				return err
+			}
+			for _, s := range steps {
+				if s.Deferred {
+					deferred.Store(true)
+				}
+				t.Steps = append(t.Steps, stepView{Step: s, Key: turn.SessionToolKey(p.Key, id, fmt.Sprintf("%s#%d", s.Name, s.Ordinal))})
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
 	}
 	outbox, ok := h.cfg.Inbox.(inbox.Outbox)
-	if !ok || !deferred {
+	if !ok || !deferred.Load() {
 		return nil // an intent is a deferred step's: none among the steps, none to look for
 	}
 	intents, err := outbox.Intents(ctx, inbox.IntentFilter{Conversation: p.Conversation, Limit: maxLimit + 1})
