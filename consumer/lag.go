@@ -10,7 +10,7 @@ import (
 	"github.com/IBM/sarama"
 )
 
-// ErrNoCommittedOffsets is wrapped by GroupLag's error for a group that has no committed
+// ErrNoCommittedOffsets matches (errors.Is) GroupLag's error for a group that has no committed
 // offset on any partition of the topic: a mistyped group, or one that has not committed yet.
 var ErrNoCommittedOffsets = errors.New("consumer: group has no committed offsets on the topic")
 
@@ -30,8 +30,8 @@ type PartitionLag struct {
 // committed offset the broker cannot read (a partition moving, a coordinator loading, no
 // authorization) is an error, never a "never committed": a lag computed from the oldest
 // record would lie. Errors: the topic's (unknown topic), the broker's, and
-// ErrNoCommittedOffsets (wrapped, naming up to 10 of the cluster's groups) when the group
-// committed on no partition of topic.
+// an error matching ErrNoCommittedOffsets (its text names up to 10 of the cluster's groups)
+// when the group committed on no partition of topic.
 func GroupLag(client sarama.Client, admin sarama.ClusterAdmin, group, topic string) ([]PartitionLag, error) {
 	parts, err := client.Partitions(topic)
 	if err != nil {
@@ -69,11 +69,19 @@ func GroupLag(client sarama.Client, admin sarama.ClusterAdmin, group, topic stri
 		out = append(out, pl)
 	}
 	if !slices.ContainsFunc(out, func(pl PartitionLag) bool { return pl.Committed >= 0 }) {
-		return nil, fmt.Errorf("%w: group %q, topic %q (a mistyped group, or a group that has not committed yet)%s",
-			ErrNoCommittedOffsets, group, topic, knownGroups(admin))
+		return nil, noOffsetsError(fmt.Sprintf("group %q has no committed offsets on topic %q (a mistyped group, or a group that has not committed yet)%s",
+			group, topic, knownGroups(admin)))
 	}
 	return out, nil
 }
+
+// noOffsetsError is GroupLag's error for a group without committed offsets: its text names the
+// group, the topic and the cluster's groups; it matches ErrNoCommittedOffsets.
+type noOffsetsError string
+
+func (e noOffsetsError) Error() string { return string(e) }
+
+func (noOffsetsError) Is(target error) bool { return target == ErrNoCommittedOffsets }
 
 // knownGroups lists, for GroupLag's ErrNoCommittedOffsets, up to 10 of the consumer groups
 // the cluster knows; "" when it cannot say.
