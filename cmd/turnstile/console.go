@@ -77,6 +77,9 @@ func consoleCmd(ctx context.Context, e *env, args []string) error {
 		cfg.Kafka = client
 	}
 	if *tf.hostPort != "" {
+		if *tf.taskQueue == "" {
+			return usagef("--temporal needs --task-queue (or %s): the held conversations are listed by it", envName("task-queue"))
+		}
 		b, closeClient, err := tf.bridge()
 		if err != nil {
 			return err

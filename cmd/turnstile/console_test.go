@@ -102,6 +102,9 @@ func TestConsoleCommand(t *testing.T) {
 	code, _, errOut := cli(t, "console", "--db=sqlite:"+path, "--actions")
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, errOut, "--actions needs --token")
+	code, _, errOut = cli(t, "console", "--temporal=127.0.0.1:1")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "--temporal needs --task-queue")
 
 	base := startConsole(t, "--db=sqlite:"+path, "--app=shop")
 	status, body := get(t, http.DefaultClient, base+"conversations/c-1")
