@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/turnstile-go/turnstile/consumer"
 	"github.com/turnstile-go/turnstile/internal/record"
 )
 
@@ -55,79 +54,6 @@ Examples:
 // headerReplayedFrom is the header replay adds to each copied record (record.HeaderReplayedFrom).
 const headerReplayedFrom = record.HeaderReplayedFrom
 
-type partitionLag struct {
-	Partition int32 `json:"partition"`
-	Committed int64 `json:"committed"` // -1: none
-	End       int64 `json:"end"`
-	Lag       int64 `json:"lag"`
-}
-
-// groupLag reads group's committed offsets and topic's end offsets.
-func groupLag(client sarama.Client, admin sarama.ClusterAdmin, group, topic string) ([]partitionLag, error) {
-	parts, err := client.Partitions(topic)
-	if err != nil {
-		return nil, fmt.Errorf("topic %q: %w", topic, err)
-	}
-	resp, err := admin.ListConsumerGroupOffsets(group, map[string][]int32{topic: parts})
-	if err != nil && !errors.Is(err, sarama.ErrGroupIDNotFound) {
-		return nil, fmt.Errorf("committed offsets of group %q: %w", group, err)
-	}
-	out := make([]partitionLag, 0, len(parts))
-	for _, p := range parts {
-		pl := partitionLag{Partition: p, Committed: -1}
-		if b := offsetBlock(resp, topic, p); b != nil {
-			if b.Err != sarama.ErrNoError {
-				// Not "never committed": the broker could not say (a partition moving, a
-				// coordinator loading), and a lag computed from the oldest record would lie.
-				return nil, fmt.Errorf("committed offset of group %q on %s/%d: %w", group, topic, p, b.Err)
-			}
-			if b.Offset >= 0 {
-				pl.Committed = b.Offset
-			}
-		}
-		if pl.End, err = client.GetOffset(topic, p, sarama.OffsetNewest); err != nil {
-			return nil, fmt.Errorf("end offset of %s/%d: %w", topic, p, err)
-		}
-		from := pl.Committed
-		if from < 0 {
-			if from, err = client.GetOffset(topic, p, sarama.OffsetOldest); err != nil {
-				return nil, fmt.Errorf("oldest offset of %s/%d: %w", topic, p, err)
-			}
-		}
-		pl.Lag = max(0, pl.End-from)
-		out = append(out, pl)
-	}
-	if !slices.ContainsFunc(out, func(pl partitionLag) bool { return pl.Committed >= 0 }) {
-		return nil, fmt.Errorf("%w: group %q has no committed offsets on topic %q (a mistyped --group, or a group that has not committed yet)%s",
-			errNotFound, group, topic, knownGroups(admin))
-	}
-	return out, nil
-}
-
-// knownGroups lists, for the error of a group without offsets, up to 10 of the consumer
-// groups the cluster knows; "" when it cannot say.
-func knownGroups(admin sarama.ClusterAdmin) string {
-	groups, err := admin.ListConsumerGroups()
-	if err != nil || len(groups) == 0 {
-		return ""
-	}
-	names := slices.Sorted(maps.Keys(groups))
-	more := ""
-	if len(names) > 10 {
-		names, more = names[:10], ", ..."
-	}
-	return "; the cluster's groups: " + strings.Join(names, ", ") + more
-}
-
-// offsetBlock returns the OffsetFetch block of topic/partition, nil when resp or the block is
-// missing (a group that never committed).
-func offsetBlock(resp *sarama.OffsetFetchResponse, topic string, partition int32) *sarama.OffsetFetchResponseBlock {
-	if resp == nil {
-		return nil
-	}
-	return resp.GetBlock(topic, partition)
-}
-
 func lagCmd(_ context.Context, e *env, args []string) error {
 	f := newFlags(e, "lag", lagUsage).withKafka().withJSON()
 	group := f.String("group", "", "the consumer group (required)")
@@ -151,7 +77,10 @@ func lagCmd(_ context.Context, e *env, args []string) error {
 	if err := requireTopics(client, [2]string{"topic", *topic}); err != nil {
 		return err
 	}
-	lags, err := groupLag(client, admin, *group, *topic)
+	lags, err := consumer.GroupLag(client, admin, *group, *topic)
+	if errors.Is(err, consumer.ErrNoCommittedOffsets) {
+		return fmt.Errorf("%w: %v", errNotFound, err)
+	}
 	if err != nil {
 		return err
 	}

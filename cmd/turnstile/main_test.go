@@ -402,7 +402,7 @@ func testCommands(t *testing.T, d database) {
 	for i := range 5 {
 		kc.ProduceRequest(t, s.requests, turntest.NewRequest(fmt.Sprintf("c-%d", i), "u", "queued"))
 	}
-	var lags []partitionLag
+	var lags []consumer.PartitionLag
 	require.NoError(t, json.Unmarshal([]byte(ok(t, "lag", brokers, "--group="+s.group, "--topic="+s.requests, "--json")), &lags))
 	require.Len(t, lags, 3)
 	client, err := sarama.NewClient(kc.Brokers(), kc.Config())
