@@ -82,8 +82,10 @@ type Sessions interface {
 // Held is what the held-conversations page needs of Temporal mode: *workflow.Bridge
 // implements it.
 type Held interface {
-	// Held lists the conversations held at a sequence gap (workflow.Bridge.Held).
-	Held(ctx context.Context) ([]workflow.HeldConversation, error)
+	// HeldReport lists the conversations held at a sequence gap and the workflows that did
+	// not answer the status query (workflow.Bridge.HeldReport): the page shows both, since
+	// a workflow whose worker is down may be held.
+	HeldReport(ctx context.Context, opts workflow.HeldOptions) (workflow.HeldReport, error)
 	// Release releases one now (workflow.Bridge.Release).
 	Release(ctx context.Context, conversationID, reason string) (workflow.Released, error)
 }

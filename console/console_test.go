@@ -189,12 +189,15 @@ func TestRedriveBadLetter(t *testing.T) {
 // fakeHeld holds one conversation until it is released.
 type fakeHeld struct{ released []string }
 
-func (f *fakeHeld) Held(context.Context) ([]workflow.HeldConversation, error) {
+func (f *fakeHeld) HeldReport(context.Context, workflow.HeldOptions) (workflow.HeldReport, error) {
+	rep := workflow.HeldReport{Asked: 2, Pollers: 0,
+		Unanswered: []workflow.Unanswered{{WorkflowID: "turnstile-c-dark", Error: "context deadline exceeded"}}}
 	if len(f.released) > 0 {
-		return nil, nil
+		return rep, nil
 	}
-	return []workflow.HeldConversation{{WorkflowID: "turnstile-c-9", Status: workflow.Status{ConversationID: "c-9",
-		LastAppliedSequence: 1, PendingSequences: []int64{3}, Missing: []int64{2}, MissingCount: 1, Held: true}}}, nil
+	rep.Held = []workflow.HeldConversation{{WorkflowID: "turnstile-c-9", Status: workflow.Status{ConversationID: "c-9",
+		LastAppliedSequence: 1, PendingSequences: []int64{3}, Missing: []int64{2}, MissingCount: 1, Held: true}}}
+	return rep, nil
 }
 
 func (f *fakeHeld) Release(_ context.Context, conv, _ string) (workflow.Released, error) {
@@ -215,6 +218,8 @@ func TestHeldAndRelease(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, body)
 	require.Contains(t, body, "turnstile-c-9")
 	require.Contains(t, body, `action="/held/release"`)
+	require.Contains(t, body, "1 of 2 workflows did not answer (no worker polls the task queue)")
+	require.Contains(t, body, "turnstile-c-dark")
 	code, body = do(t, h, "POST", "/held/release", url.Values{"token": {h.token}}, nil)
 	require.Equal(t, http.StatusBadRequest, code, body)
 	code, body = do(t, h, "POST", "/held/release", url.Values{"token": {h.token}, "conversation": {"c-1"}}, nil)

@@ -396,6 +396,9 @@ type heldPage struct {
 	Configured bool
 	Held       []workflow.HeldConversation
 	Cut        bool
+	Asked      int
+	Unanswered []workflow.Unanswered
+	Pollers    int
 }
 
 // held lists the conversations held at a sequence gap, longest-held first.
@@ -409,8 +412,13 @@ func (h *Handler) held(ctx context.Context, r *http.Request) (page, error) {
 	if err != nil {
 		return page{}, err
 	}
-	if p.Held, err = h.cfg.Held.Held(ctx); err != nil {
+	rep, err := h.cfg.Held.HeldReport(ctx, workflow.HeldOptions{})
+	if err != nil {
 		return page{}, err
+	}
+	p.Held, p.Asked, p.Unanswered, p.Pollers = rep.Held, rep.Asked, rep.Unanswered, rep.Pollers
+	if len(p.Unanswered) > limit {
+		p.Unanswered, p.Cut = p.Unanswered[:limit], true
 	}
 	if len(p.Held) > limit {
 		p.Held, p.Cut = p.Held[:limit], true
