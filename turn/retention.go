@@ -31,7 +31,8 @@ const (
 // Retention keeps what turnstile stores per turn bounded: the inbox entries with their
 // journals and the outbox intents (inbox.Inbox.Purge), the sessions (session.Retention), the
 // attachments (attachment.Retention). A service runs it on a schedule, as it would run the
-// inbox's purge (inbox.RunPurge), and calls DeleteUser for a data-deletion request:
+// inbox's purge (inbox.RunPurge), and calls EraseUser for a data-deletion request (with
+// External set to a workflow.UserEraser in Temporal mode):
 //
 //	ret := turn.NewRetention(runner) // the Runner's stores, the default horizons
 //	go func() { _ = ret.Schedule(ctx) }()
@@ -94,9 +95,9 @@ type Deleted struct {
 
 // NewRetention returns the Retention of r's stores with the default horizons: App, Inbox,
 // Sessions when r.Sessions is a session.Retention, Attachments when r.Attachments is an
-// attachment.Retention. Stores wrapped by turn/turnotel still purge and delete by
-// age, but DeleteUser refuses them (see DeleteUser): for it, build the Retention from the
-// stores themselves.
+// attachment.Retention. Stores wrapped by turn/turnotel purge and delete by age, and
+// EraseUser looks through them (their Unwrap methods) for the interfaces it needs; their
+// calls are then not traced.
 func NewRetention(r *Runner) Retention {
 	ret := Retention{App: r.App, Inbox: r.Inbox}
 	ret.Sessions, _ = r.Sessions.(session.Retention)
