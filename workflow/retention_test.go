@@ -217,3 +217,44 @@ func TestRunLedgerPurge(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, high, "the high-water mark goes with the rows, as in SQLLedger")
 }
+
+// A ledger finds the conversations where a user handed off requests and no other user has a
+// row (a held conversation that has no session), and counts what DeleteUser then deletes.
+func TestLedgerUserConversations(t *testing.T) {
+	t.Parallel()
+	for name, open := range ledgerOpeners() {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			led := open(t)
+			l := led.(LedgerUserEraser)
+			ctx := context.Background()
+			record := func(conv, user string, seq int64) {
+				env := Envelope{Request: request(conv, seq, "text")}
+				env.Request.UserID = user
+				require.NoError(t, led.Record(ctx, env))
+			}
+			record("c-held", "u-1", 2)
+			record("c-held", "u-1", 3)
+			record("c-mine", "u-1", 1)
+			record("c-theirs", "u-2", 1)
+			record("c-theirs", "u-1", 2) // a stranger's request in u-2's conversation
+			got, err := l.UserConversations(ctx, "u-1")
+			require.NoError(t, err)
+			require.Equal(t, []string{"c-held", "c-mine"}, got)
+			n, err := l.CountUser(ctx, "u-1", got)
+			require.NoError(t, err)
+			require.Equal(t, int64(4), n, "its three hand-offs and the stranger's one")
+			again, err := l.CountUser(ctx, "u-1", got)
+			require.NoError(t, err)
+			require.Equal(t, n, again, "counting deletes nothing")
+			deleted, err := l.DeleteUser(ctx, "u-1", got)
+			require.NoError(t, err)
+			require.Equal(t, n, deleted)
+			rows, err := led.Range(ctx, "c-theirs", 0, 10)
+			require.NoError(t, err)
+			require.Len(t, rows, 1, "u-2's hand-off stays")
+			_, err = l.UserConversations(ctx, "")
+			require.Error(t, err)
+		})
+	}
+}
