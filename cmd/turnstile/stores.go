@@ -16,7 +16,6 @@ import (
 	"github.com/turnstile-go/turnstile/inbox"
 	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/session/sqlsession"
-	"github.com/turnstile-go/turnstile/turn"
 )
 
 var discard = slog.New(slog.DiscardHandler)
@@ -137,19 +136,13 @@ type entryJSON struct {
 
 func inboxGet(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "inbox get", inboxGetUsage).withDB().withApp().withJSON()
-	id := f.String("request-id", "", "the request id")
-	user := f.String("user", "", "the request's user id")
-	conv := f.String("conversation", "", "the request's conversation id")
-	key := f.String("key", "", "the raw inbox key, instead of --request-id, --user and --conversation")
+	kf := withEntryKey(f)
 	if err := f.parse(args); err != nil {
 		return err
 	}
-	k := *key
-	if k == "" {
-		if err := f.require("request-id", "user", "conversation"); err != nil {
-			return usagef("%v (or give --key)", err)
-		}
-		k = turn.InboxKey(*f.app, turn.Request{ID: *id, UserID: *user, ConversationID: *conv})
+	k, err := kf.resolve(f, "")
+	if err != nil {
+		return err
 	}
 	ctx, _, ib, done, err := f.open(ctx)
 	if err != nil {
