@@ -316,17 +316,7 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("Sarama: %w", err))
 		}
 	}
-	// Against the group's rebalance timeout, sarama's default (60 s) when Sarama is nil.
-	if rt := c.base().Consumer.Group.Rebalance.Timeout; c.RevokeGrace+abandonWait >= rt {
-		errs = append(errs, fmt.Errorf("RevokeGrace: %s (plus %s to abandon the turn) is not shorter than Sarama.Consumer.Group.Rebalance.Timeout (%s)",
-			c.RevokeGrace, abandonWait, rt))
-	}
-	if sc, def := c.base(), sarama.NewConfig(); sc.Net.ReadTimeout != def.Net.ReadTimeout && sc.Net.ReadTimeout <= sc.Consumer.Group.Rebalance.Timeout {
-		errs = append(errs, fmt.Errorf("Sarama.Net.ReadTimeout: %s is not longer than Sarama.Consumer.Group.Rebalance.Timeout (%s): "+
-			"the member's JoinGroup would time out while the coordinator holds it for the rebalance, and re-sent for ever keep the group rebalancing "+
-			"(leave Net.ReadTimeout at sarama's default and New raises it to the rebalance timeout plus %s)",
-			sc.Net.ReadTimeout, sc.Consumer.Group.Rebalance.Timeout, joinGroupLapse))
-	}
+	errs = append(errs, c.rebalanceErrors()...)
 	if c.Transactional != nil {
 		errs = append(errs, c.Transactional.validate(c)...)
 	}
@@ -334,6 +324,28 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("consumer: invalid Config: %w", err)
 	}
 	return nil
+}
+
+// rebalanceErrors checks what must fit in the group's rebalance timeout (sarama's default,
+// 60 s, when Sarama is nil): RevokeGrace with the time to abandon a turn, and the JoinGroup
+// that sarama reads under Net.ReadTimeout while the coordinator may hold it for the whole
+// rebalance; a ReadTimeout the host set to no more than the rebalance timeout would re-send
+// JoinGroup for ever and keep the group rebalancing (IBM/sarama#2820).
+func (c *Config) rebalanceErrors() []error {
+	var errs []error
+	sc, def := c.base(), sarama.NewConfig()
+	rt := sc.Consumer.Group.Rebalance.Timeout
+	if c.RevokeGrace+abandonWait >= rt {
+		errs = append(errs, fmt.Errorf("RevokeGrace: %s (plus %s to abandon the turn) is not shorter than Sarama.Consumer.Group.Rebalance.Timeout (%s)",
+			c.RevokeGrace, abandonWait, rt))
+	}
+	if sc.Net.ReadTimeout != def.Net.ReadTimeout && sc.Net.ReadTimeout <= rt {
+		errs = append(errs, fmt.Errorf("Sarama.Net.ReadTimeout: %s is not longer than Sarama.Consumer.Group.Rebalance.Timeout (%s): "+
+			"the member's JoinGroup would time out while the coordinator holds it for the rebalance, and re-sent for ever keep the group rebalancing "+
+			"(leave Net.ReadTimeout at sarama's default and New raises it to the rebalance timeout plus %s)",
+			sc.Net.ReadTimeout, rt, joinGroupLapse))
+	}
+	return errs
 }
 
 // groupConfig returns the consumer group's sarama config.

@@ -294,7 +294,7 @@ func TestRunHonoursCancelWhileConnecting(t *testing.T) {
 	t.Parallel()
 	sc := sarama.NewConfig()
 	sc.Version = sarama.V3_6_0_0
-	sc.Net.ReadTimeout = time.Minute
+	sc.Net.ReadTimeout = 2 * time.Minute // longer than the rebalance timeout, as New requires
 	sc.Metadata.Retry.Max = 1
 	sc.Metadata.Retry.Backoff = 10 * time.Millisecond
 	c, err := consumer.New(consumer.Config{
