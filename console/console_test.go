@@ -94,6 +94,9 @@ func TestSadPaths(t *testing.T) {
 	}
 	refuseAll := func(*http.Request, Action) error { return errors.New("who are you?") }
 	full := Config{App: "shop", Sessions: st.sessions, Inbox: st.inbox}
+	// A session whose first request failed before its turn stored anything: no event.
+	_, err := st.sessions.Create(context.Background(), session.Key{App: "shop", User: "u-2", Conversation: "c-empty"}, nil)
+	require.NoError(t, err)
 	with := func(c Config, f func(*Config)) Config { f(&c); return c }
 	letter := url.Values{"letter": {"dlq/0/3"}}
 	cases := []struct {
@@ -128,7 +131,8 @@ func TestSadPaths(t *testing.T) {
 		{"nothing configured: outbox", Config{}, "GET", "/outbox", nil, false, nil, 200, "The outbox is not configured"},
 		{"nothing configured: lag", Config{}, "GET", "/lag", nil, false, nil, 200, "is not configured"},
 		{"nothing configured: held", Config{}, "GET", "/held", nil, false, nil, 200, "Temporal mode is not configured"},
-		{"nothing configured: timeline", Config{}, "GET", "/conversations/c-1", nil, false, nil, 404, "no conversation"},
+		{"nothing configured: timeline", Config{}, "GET", "/conversations/c-1", nil, false, nil, 200, "The session store is not configured"},
+		{"a session with no turn stored", full, "GET", "/conversations/c-empty", nil, false, nil, 200, "The session has no turn stored yet"},
 		{"nothing configured: overview", Config{}, "GET", "/", nil, false, nil, 200, "not configured"},
 		{"unknown page", full, "GET", "/nope", nil, false, nil, 404, ""},
 	}

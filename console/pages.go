@@ -221,8 +221,14 @@ func (h *Handler) timeline(ctx context.Context, r *http.Request) (page, error) {
 	} else {
 		p.Notes = append(p.Notes, "Kafka or the dead-letter topic is not configured: no dead letters shown.")
 	}
-	if len(order) == 0 {
+	switch {
+	case len(order) > 0:
+	case !p.Session && (h.cfg.Sessions != nil || h.dlqConfigured()):
 		return page{}, errorf(http.StatusNotFound, "no conversation %q in app %q (no session, no dead letter)", conv, h.cfg.App)
+	case p.Session:
+		// A session with no turn stored: its first requests failed (their entries are dead)
+		// or are running; their dead letters show them once the topic is configured.
+		p.Notes = append(p.Notes, "The session has no turn stored yet: a request whose turn failed before storing anything shows here through its dead letter.")
 	}
 	if len(order) > maxTimelineTurns {
 		order = order[len(order)-maxTimelineTurns:]
