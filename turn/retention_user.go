@@ -120,9 +120,11 @@ type UserEraser interface {
 // It stops at the first failure, so a call that failed can be made again: the sessions that
 // lead to the inbox entries go only after the entries. Stop the user's traffic first: a turn
 // in flight meanwhile may store its entry and start a fresh session after it. Inbox entries
-// of conversations that neither a session nor External leads to (a request refused before
-// its session was made: they hold no text of the user's) go with the inbox's purge; records
-// on Kafka's topics go with the topics' retention. The rows deleted stay in the databases'
+// of conversations that neither a session nor External leads to go with the inbox's purge
+// only: those of a request refused before its session was made, and those of a session
+// deleted before (by SessionIdle, which must therefore be at least InboxHorizon, or by a
+// Delete of the session alone; `turnstile session delete --conversation` erases the
+// conversation's entries first). Records on Kafka's topics go with the topics' retention. The rows deleted stay in the databases'
 // free pages until a vacuum (docs/RETENTION.md).
 //
 // A store that wraps another (turn/turnotel's, through an Unwrap method) is looked through

@@ -392,6 +392,8 @@ func testCommands(t *testing.T, d database) {
 	require.EqualValues(t, 2, sess.EventCount)
 	require.Equal(t, later.ID, sess.Events[0].RequestID)
 	require.Contains(t, ok(t, append([]string{"session", "delete", "--user=u-2", "--conversation=c-2"}, dbFlags...)...), "deleted session")
+	code, _, _ = cli(t, append([]string{"inbox", "get", "--request-id=" + good.ID, "--user=u-2", "--conversation=c-2"}, dbFlags...)...)
+	require.Equal(t, exitNotFound, code, "the conversation's inbox entry (its result) went with its session")
 	code, _, _ = cli(t, append([]string{"session", "delete", "--user=u-2", "--conversation=c-2"}, dbFlags...)...)
 	require.Equal(t, exitNotFound, code)
 	code, _, _ = cli(t, append([]string{"session", "delete"}, dbFlags...)...)
@@ -461,7 +463,7 @@ func testCommands(t *testing.T, d database) {
 
 	// inbox purge keeps what is younger than the horizon, and purges the rest.
 	require.Contains(t, ok(t, append([]string{"inbox", "purge", "--older-than=1h"}, dbFlags...)...), "purged 0 inbox entries")
-	require.Contains(t, ok(t, append([]string{"inbox", "purge", "--older-than=1ns"}, dbFlags...)...), "purged 2 inbox entries", "u-1's first went with the user's deletion")
+	require.Contains(t, ok(t, append([]string{"inbox", "purge", "--older-than=1ns"}, dbFlags...)...), "purged 1 inbox entries", "u-1's first went with the user's deletion, c-2's with its session")
 	code, _, _ = cli(t, append([]string{"inbox", "get", "--request-id=" + good.ID, "--user=u-2", "--conversation=c-2"}, dbFlags...)...)
 	require.Equal(t, exitNotFound, code)
 	require.Contains(t, ok(t, append([]string{"session", "delete", "--idle-for=1ns"}, dbFlags...)...), "deleted 1 sessions")

@@ -16,6 +16,7 @@ import (
 	"github.com/turnstile-go/turnstile/inbox"
 	"github.com/turnstile-go/turnstile/session"
 	"github.com/turnstile-go/turnstile/session/sqlsession"
+	"github.com/turnstile-go/turnstile/turn"
 )
 
 var discard = slog.New(slog.DiscardHandler)
@@ -79,7 +80,11 @@ idle for longer than --idle-for. A later request of a deleted session starts a f
                    --attachments-dir, in a service's filesystem store there
 The user's conversations are those of the user's sessions and, in Temporal mode, those the
 visibility store finds by TurnstileUser and those the ledger finds the user's requests in: a
-conversation whose requests are all held at a sequence gap has no session yet.
+conversation whose requests are all held at a sequence gap has no session yet. One conversation
+(--user and --conversation) goes with its inbox entries, journals and outbox intents too.
+Sessions deleted by --idle-for keep theirs until the inbox's purge (inbox purge, or
+turn.Retention's InboxHorizon): a later --user deletion no longer finds them, since it finds
+a user's conversations through their sessions.
 
 --dry-run deletes nothing: with --user alone it prints the same kinds with what they would
 count (--json: the whole report); otherwise it lists the sessions it would delete (at most
@@ -451,12 +456,24 @@ func sessionDelete(ctx context.Context, e *env, args []string) error {
 	switch {
 	case *conv != "":
 		key := session.Key{App: *f.app, User: *user, Conversation: *conv}
+		if found, err := ss.List(ctx, sqlsession.ListFilter{App: key.App, User: key.User, Conversation: key.Conversation, Limit: 1}); err != nil {
+			return err
+		} else if len(found) == 0 {
+			return fmt.Errorf("%w: no session %s", errNotFound, key)
+		}
+		// The conversation's inbox entries (results, journals, outbox intents) first: once
+		// its session is gone, no user's deletion leads to them.
+		n, err := ib.Erase(ctx, []inbox.Scope{{Conversation: key.Conversation,
+			KeySuffix: turn.InboxKey(key.App, turn.Request{UserID: key.User, ConversationID: key.Conversation})}})
+		if err != nil {
+			return partly(n, "erased %d inbox entries and outbox intents", err)
+		}
 		if err := ss.Delete(ctx, key); errors.Is(err, session.ErrNotFound) || errors.Is(err, session.ErrOwnerMismatch) {
 			return fmt.Errorf("%w: no session %s", errNotFound, key)
 		} else if err != nil {
 			return err
 		}
-		fmt.Fprintf(e.stdout, "deleted session %s\n", key)
+		fmt.Fprintf(e.stdout, "deleted session %s and %d inbox entries and outbox intents of it\n", key, n)
 	default:
 		n, err := ss.DeleteIdle(ctx, *f.app, cutoff)
 		if err != nil {
