@@ -27,7 +27,10 @@ func withEntryKey(f *flags) entryKeyFlags {
 // when none), else --key, else the key of --request-id, --user and --conversation, all three
 // needed. Errors: a usage error naming what is missing.
 func (k entryKeyFlags) resolve(f *flags, raw string) (string, error) {
+	named := *k.id != "" || *k.user != "" || *k.conv != ""
 	switch {
+	case (raw != "" || *k.key != "") && named, raw != "" && *k.key != "":
+		return "", usagef("give the raw key (--key or an argument) or --request-id, --user and --conversation, not both")
 	case raw != "":
 		return raw, nil
 	case *k.key != "":

@@ -24,7 +24,8 @@ var discard = slog.New(slog.DiscardHandler)
 const inboxGetUsage = `
 Shows a request's inbox entry: status, attempts, reason, the record it came in, its stored
 result and the audit of its re-drives. The inbox key scopes the request id to its session
-(turn.InboxKey): give --user and --conversation with --request-id, or the raw --key.
+(turn.InboxKey): give --user and --conversation with --request-id, or the raw key (--key or
+an argument, as inbox get KEY).
 
 Examples:
   turnstile inbox get --db postgres://turnstile@db:5432/agent --request-id 0b9c... --user u-12 --conversation c-7731
@@ -142,10 +143,14 @@ type entryJSON struct {
 func inboxGet(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "inbox get", inboxGetUsage).withDB().withApp().withJSON()
 	kf := withEntryKey(f)
+	var raw string
+	if i := f.firstPositional(args); i >= 0 {
+		raw, args = args[i], append(append([]string(nil), args[:i]...), args[i+1:]...)
+	}
 	if err := f.parse(args); err != nil {
 		return err
 	}
-	k, err := kf.resolve(f, "")
+	k, err := kf.resolve(f, raw)
 	if err != nil {
 		return err
 	}
@@ -425,8 +430,10 @@ func sessionDelete(ctx context.Context, e *env, args []string) error {
 		return usagef("--temporal goes with --user alone (a user's deletion)")
 	case *attachmentsDir != "" && *conv != "":
 		return usagef("--attachments-dir goes with --user alone or --idle-for: attachments belong to a user, not a conversation")
-	case (*vacuum || *vacuumFullFlag) && (*user == "" || *conv != "" || *dry):
-		return usagef("--vacuum and --vacuum-full go with --user alone, not --dry-run")
+	case (*vacuum || *vacuumFullFlag) && *dry:
+		return usagef("--vacuum and --vacuum-full do not go with --dry-run")
+	case (*vacuum || *vacuumFullFlag) && (*user == "" || *conv != ""):
+		return usagef("--vacuum and --vacuum-full go with --user alone (a user's deletion)")
 	case *vacuumFullFlag && strings.HasPrefix(*f.db, "sqlite:"):
 		return usagef("--vacuum-full is for PostgreSQL: on SQLite --vacuum rebuilds the whole file")
 	}
