@@ -197,7 +197,14 @@ func New(cfg Config) (*Handler, error) {
 	}
 	b := cfg.BasePath
 	static, _ := fs.Sub(assets, "static")
-	h.mux.Handle("GET "+b+"/static/", http.StripPrefix(b+"/static/", http.FileServerFS(static)))
+	files := http.StripPrefix(b+"/static/", http.FileServerFS(static))
+	h.mux.Handle("GET "+b+"/static/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/") { // the assets, not a listing of them
+			http.NotFound(w, r)
+			return
+		}
+		files.ServeHTTP(w, r)
+	}))
 	h.mux.HandleFunc("GET "+b+"/{$}", h.view(h.overview))
 	h.mux.HandleFunc("GET "+b+"/conversations", h.view(h.conversations))
 	h.mux.HandleFunc("GET "+b+"/conversations/{id}", h.view(h.timeline))

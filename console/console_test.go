@@ -133,6 +133,8 @@ func TestSadPaths(t *testing.T) {
 		{"nothing configured: held", Config{}, "GET", "/held", nil, false, nil, 200, "Temporal mode is not configured"},
 		{"nothing configured: timeline", Config{}, "GET", "/conversations/c-1", nil, false, nil, 200, "The session store is not configured"},
 		{"a session with no turn stored", full, "GET", "/conversations/c-empty", nil, false, nil, 200, "The session has no turn stored yet"},
+		{"the stylesheet", Config{}, "GET", "/static/console.css", nil, false, nil, 200, "body"},
+		{"no listing of the assets", Config{}, "GET", "/static/", nil, false, nil, 404, "not found"},
 		{"nothing configured: overview", Config{}, "GET", "/", nil, false, nil, 200, "not configured"},
 		{"unknown page", full, "GET", "/nope", nil, false, nil, 404, ""},
 	}

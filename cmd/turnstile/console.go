@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/turnstile-go/turnstile/console"
+	"github.com/turnstile-go/turnstile/inbox"
+	"github.com/turnstile-go/turnstile/session/sqlsession"
 )
 
 const consoleUsage = `
@@ -49,6 +51,9 @@ func consoleCmd(ctx context.Context, e *env, args []string) error {
 	if *actions && *token == "" {
 		return usagef("--actions needs --token (or %s): actions must be authenticated", envName("token"))
 	}
+	if *token != "" && len(strings.TrimSpace(*token)) < minTokenLen {
+		return usagef("--token must be at least %d characters (not counting spaces at its ends): it is all that guards the console", minTokenLen)
+	}
 	cfg := console.Config{App: *f.app, DeadLetterTopic: *dlqTopic, RequestsTopic: *requests, Group: *group,
 		Actions: *actions, Timeout: *f.timeout, Logger: discard}
 	if *token != "" {
@@ -66,6 +71,14 @@ func consoleCmd(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		closers = append(closers, func() { db.Close() })
+		// Reach the tables now: a mistyped --table-prefix is refused with its hint at start,
+		// not served as an error on every page.
+		if _, err := ss.List(ctx, sqlsession.ListFilter{App: *f.app, Limit: 1}); err != nil {
+			return err
+		}
+		if _, err := ib.Get(ctx, "turnstile-console-probe"); err != nil && !errors.Is(err, inbox.ErrNotFound) {
+			return err
+		}
 		cfg.Sessions, cfg.Inbox = ss, ib
 	}
 	if *f.brokers != "" {
@@ -118,6 +131,9 @@ func consoleCmd(ctx context.Context, e *env, args []string) error {
 	}
 	return nil
 }
+
+// minTokenLen is the shortest --token the console takes.
+const minTokenLen = 16
 
 // bearer is the console's Authorize hook for --token: the request carries the token as
 // "Authorization: Bearer TOKEN" or in the cookie tokenCookie sets.
