@@ -41,3 +41,16 @@ func (k entryKeyFlags) resolve(f *flags, raw string) (string, error) {
 	}
 	return turn.InboxKey(*k.app, turn.Request{ID: *k.id, UserID: *k.user, ConversationID: *k.conv}), nil
 }
+
+// parse parses args into f, a raw key given as an argument (inbox get KEY) included, and
+// returns the inbox key they name (resolve).
+func (k entryKeyFlags) parse(f *flags, args []string) (string, error) {
+	var raw string
+	if i := f.firstPositional(args); i >= 0 {
+		raw, args = args[i], append(append([]string(nil), args[:i]...), args[i+1:]...)
+	}
+	if err := f.parse(args); err != nil {
+		return "", err
+	}
+	return k.resolve(f, raw)
+}

@@ -247,15 +247,7 @@ func outboxRedrive(ctx context.Context, e *env, args []string) error {
 
 func inboxSteps(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "inbox steps", inboxStepsUsage).withDB().withApp().withJSON()
-	kf := withEntryKey(f)
-	var raw string
-	if i := f.firstPositional(args); i >= 0 {
-		raw, args = args[i], append(append([]string(nil), args[:i]...), args[i+1:]...)
-	}
-	if err := f.parse(args); err != nil {
-		return err
-	}
-	key, err := kf.resolve(f, raw)
+	key, err := withEntryKey(f).parse(f, args)
 	if err != nil {
 		return err
 	}

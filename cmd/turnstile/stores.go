@@ -142,15 +142,7 @@ type entryJSON struct {
 
 func inboxGet(ctx context.Context, e *env, args []string) error {
 	f := newFlags(e, "inbox get", inboxGetUsage).withDB().withApp().withJSON()
-	kf := withEntryKey(f)
-	var raw string
-	if i := f.firstPositional(args); i >= 0 {
-		raw, args = args[i], append(append([]string(nil), args[:i]...), args[i+1:]...)
-	}
-	if err := f.parse(args); err != nil {
-		return err
-	}
-	k, err := kf.resolve(f, raw)
+	k, err := withEntryKey(f).parse(f, args)
 	if err != nil {
 		return err
 	}
